@@ -1,0 +1,45 @@
+"""The command line: a thin typer app. Each subcommand lives in a small module of this package;
+only this package prints, writes files and exits."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from pipebubble.errors import PipebubbleError
+
+app = typer.Typer(
+    name="pipebubble",
+    help="Find the bubbles in pipeline-parallel training and LLM serving traces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register() -> None:
+    from pipebubble.cli import analyze
+
+    for module in (analyze,):
+        module.register(app)
+
+
+def main() -> None:
+    """Entry point: turns PipebubbleError into one line on stderr and exit code 2."""
+    _register()
+    try:
+        code = app(standalone_mode=False)
+    except PipebubbleError as exc:
+        print(f"pipebubble: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,24 @@
+"""The error hierarchy. Only ``cli.main`` turns these into exit codes (2 for bad input)."""
+
+from __future__ import annotations
+
+
+class PipebubbleError(Exception):
+    """Base class: a one-line message a user can act on."""
+
+
+class TraceFormatError(PipebubbleError):
+    """A trace that cannot be read: the message names the file and what was wrong."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class StageSpecError(PipebubbleError):
+    """A stage mapping or label rule that does not fit the trace."""
+
+
+class CaptureError(PipebubbleError):
+    """Profiling a command failed before it could produce a trace."""

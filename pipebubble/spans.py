@@ -1,0 +1,74 @@
+"""The span table: the one interface between ingest and analysis.
+
+All times are int64 nanoseconds on one clock per job; unknown values are null, never -1.
+``lane`` names the device lane of GPU work (``rank0/gpu0`` or ``pid123/gpu0``) or the thread lane of
+CPU work (``rank0/cpu/123``); per-stream lanes are derived from it (``rank0/gpu0/stream7``).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+KINDS = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "comm",
+    "sync",
+    "cpu_op",
+    "runtime",
+    "annotation",
+    "gpu_annotation",
+    "step",
+)
+Kind = pl.Enum(list(KINDS))
+
+#: Kinds that occupy a GPU engine: their union is a device lane's busy time.
+GPU_WORK = ("kernel", "memcpy", "memset", "comm")
+
+SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "rank": pl.Int32,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "device": pl.Int32,
+    "stream": pl.Int64,
+    "lane": pl.String,
+    "kind": Kind,
+    "name": pl.String,
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "correlation": pl.Int64,
+    "external_id": pl.Int64,
+    "stage": pl.Int32,
+    "microbatch": pl.Int32,
+    "phase": pl.String,
+}
+
+
+def empty() -> pl.DataFrame:
+    """A span table with no rows."""
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def conform(frame: pl.DataFrame) -> pl.DataFrame:
+    """Cast ``frame`` to the span schema: missing columns become null, extra ones are dropped."""
+    cols = [
+        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in SCHEMA.items()
+    ]
+    return frame.select(cols)
+
+
+def validate(frame: pl.DataFrame) -> list[str]:
+    """Problems that make a span table unusable (an empty list when it is sound)."""
+    problems = [f"column {c}: {frame.schema.get(c)} != {t}" for c, t in SCHEMA.items() if frame.schema.get(c) != t]
+    if problems:
+        return problems
+    bad = frame.filter(pl.col("start").is_null() | pl.col("end").is_null() | (pl.col("end") < pl.col("start")))
+    if bad.height:
+        problems.append(f"{bad.height} spans without a valid start <= end")
+    return problems
+
+
+def is_gpu_work() -> pl.Expr:
+    return pl.col("kind").is_in(GPU_WORK)
