@@ -20,6 +20,21 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from pipebubble import __version__
+
+        print(f"pipebubble {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """Find the bubbles in pipeline-parallel training and LLM serving traces."""
+
+
 def _register() -> None:
     from pipebubble.cli import analyze
 

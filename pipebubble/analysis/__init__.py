@@ -1,0 +1,1 @@
+"""Pure analyses over the span table: functions of (frame, options) returning frames or dataclasses."""

@@ -1,0 +1,45 @@
+"""Interval arithmetic over span tables, vectorised: union per group, gaps between merged intervals.
+
+The sweep is the classic one (sort by start; a new merged interval begins where a start passes the running
+maximum of the ends before it), written as polars expressions so it runs over millions of spans.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "end") -> pl.DataFrame:
+    """Merged (union) intervals per group: columns ``by`` + ``start``, ``end``, sorted."""
+    if frame.is_empty():
+        return frame.select(*by, start, end).clear()
+    ordered = frame.select(*by, start, end).sort(*by, start)
+    reach = pl.col(end).cum_max().shift(1).over(by)
+    new = (pl.col(start) > reach).fill_null(True)
+    grouped = ordered.with_columns(piece=new.cast(pl.Int64).cum_sum().over(by))
+    return (
+        grouped.group_by(*by, "piece", maintain_order=True)
+        .agg(pl.col(start).min(), pl.col(end).max())
+        .drop("piece")
+    )
+
+
+def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per group: ``busy_ns`` (length of the union), ``window_start_ns``/``window_end_ns`` (first and last
+    busy instant) and ``idle_ns`` = window − busy."""
+    merged = merge(frame, by)
+    return merged.group_by(by, maintain_order=True).agg(
+        busy_ns=(pl.col("end") - pl.col("start")).sum(),
+        window_start_ns=pl.col("start").min(),
+        window_end_ns=pl.col("end").max(),
+    ).with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns"))
+
+
+def gaps(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Idle gaps between merged intervals per group: ``by`` + ``start``, ``end`` (positive lengths only)."""
+    merged = merge(frame, by)
+    return (
+        merged.with_columns(gap_start=pl.col("end").shift(1).over(by))
+        .filter(pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start")))
+        .select(*by, start=pl.col("gap_start"), end=pl.col("start"))
+    )

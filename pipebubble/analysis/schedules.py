@@ -1,0 +1,194 @@
+"""Pipeline schedules as per-stage action orders: which forward (F), backward (B) and weight-gradient (W)
+pass each stage runs, in what order. Pure functions; the simulator in ``whatif.py`` turns an order into times.
+
+Stage ``s`` of ``p`` hosts model chunks ``s, s + p, s + 2p, ...`` (Megatron-LM's interleaved layout,
+Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters", section 2.2), so
+chunk ``c`` of stage ``s`` is virtual stage ``c * p + s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from pipebubble.errors import StageSpecError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    """One pass of one micro-batch through one model chunk: phase "F", "B" or "W"."""
+
+    phase: str
+    microbatch: int
+    chunk: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.phase}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per-stage action orders. ``split_backward``: B is the input gradient only and W runs separately
+    (zero-bubble); otherwise B is the whole backward pass."""
+
+    name: str
+    stages: int
+    microbatches: int
+    chunks: int
+    orders: tuple[tuple[Action, ...], ...]
+
+    @property
+    def split_backward(self) -> bool:
+        return any(a.phase == "W" for order in self.orders for a in order)
+
+    def virtual_stage(self, stage: int, chunk: int) -> int:
+        return chunk * self.stages + stage
+
+
+def _check_sizes(stages: int, microbatches: int, chunks: int) -> None:
+    if stages < 1 or microbatches < 1 or chunks < 1:
+        raise StageSpecError(
+            "a pipeline needs stages, micro-batches and chunks >= 1, "
+            f"got p={stages}, m={microbatches}, v={chunks}"
+        )
+
+
+def gpipe(stages: int, microbatches: int) -> Schedule:
+    """GPipe (Huang et al. 2019): every forward, then every backward, in micro-batch order
+    (the order of torch.distributed.pipelining.ScheduleGPipe)."""
+    _check_sizes(stages, microbatches, 1)
+    order = tuple(Action("F", j) for j in range(microbatches)) + tuple(
+        Action("B", j) for j in range(microbatches)
+    )
+    return Schedule("gpipe", stages, microbatches, 1, (order,) * stages)
+
+
+def one_f_one_b(stages: int, microbatches: int) -> Schedule:
+    """1F1B / PipeDream-Flush (Narayanan et al. 2021): stage s runs p - s - 1 warm-up forwards, then
+    alternates one forward and one backward, then drains the remaining backwards."""
+    _check_sizes(stages, microbatches, 1)
+    forwards = tuple(Action("F", j) for j in range(microbatches))
+    backwards = tuple(Action("B", j) for j in range(microbatches))
+    orders = tuple(_interleave(forwards, backwards, stages - s - 1, ()) for s in range(stages))
+    return Schedule("1f1b", stages, microbatches, 1, orders)
+
+
+def interleaved_1f1b(stages: int, microbatches: int, chunks: int) -> Schedule:
+    """Interleaved 1F1B (Narayanan et al. 2021, section 2.2; Megatron-LM's interleaved schedule).
+
+    Forwards visit the chunks depth-first in groups of ``g`` micro-batches (g micro-batches on chunk 0,
+    the same g on chunk 1, ...); backwards visit the chunks in reverse. Stage s warms up with
+    ``(v - 1) * g + 2 * (p - s - 1)`` forwards. Megatron requires m % p == 0 and uses g = p; for other m we
+    take torch.distributed.pipelining's rule: r = max(1, m // p) rounds of g = m / r micro-batches, which
+    needs m % r == 0 (uneven rounds can deadlock)."""
+    _check_sizes(stages, microbatches, chunks)
+    if chunks == 1:
+        return one_f_one_b(stages, microbatches)
+    rounds = max(1, microbatches // stages)
+    if microbatches % rounds:
+        raise StageSpecError(
+            f"interleaved 1F1B runs micro-batches in {rounds} equal rounds (m // p): "
+            f"m={microbatches} is not a multiple of {rounds}"
+        )
+    group = microbatches // rounds
+    forwards = _depth_first(microbatches, chunks, group, reverse=False)
+    backwards = _depth_first(microbatches, chunks, group, reverse=True)
+    orders = []
+    for s in range(stages):
+        warmup = (chunks - 1) * group + 2 * (stages - s - 1)
+        orders.append(_interleave(forwards, backwards, warmup, ()))
+    return Schedule("interleaved_1f1b", stages, microbatches, chunks, tuple(orders))
+
+
+def zero_bubble(stages: int, microbatches: int) -> Schedule:
+    """ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 2.1): the 1F1B order with the
+    backward split into B (input gradient) and W (weight gradient). Stage s keeps 1F1B's p - s - 1 warm-up
+    forwards and defers its first s W passes (the same as torch.distributed.pipelining's
+    ScheduleInterleavedZeroBubble with one chunk): afterwards each F, B pair is followed by the oldest
+    pending W, and the deferred W passes fill the tail of the pipeline."""
+    _check_sizes(stages, microbatches, 1)
+    forwards = tuple(Action("F", j) for j in range(microbatches))
+    backwards = tuple(Action("B", j) for j in range(microbatches))
+    orders = tuple(_interleave(forwards, backwards, stages - s - 1, (s,)) for s in range(stages))
+    return Schedule("zero_bubble", stages, microbatches, 1, orders)
+
+
+def _depth_first(microbatches: int, chunks: int, group: int, reverse: bool) -> tuple[Action, ...]:
+    chunk_order = range(chunks - 1, -1, -1) if reverse else range(chunks)
+    out: list[Action] = []
+    for first in range(0, microbatches, group):
+        members = range(first, min(first + group, microbatches))
+        out += [Action("F" if not reverse else "B", j, c) for c in chunk_order for j in members]
+    return tuple(out)
+
+
+def _interleave(
+    forwards: tuple[Action, ...], backwards: tuple[Action, ...], warmup: int, defer_w: tuple[int, ...]
+) -> tuple[Action, ...]:
+    """Warm-up forwards, then F/B pairs, then the remaining backwards. With ``defer_w = (k,)`` every
+    backward is followed by a W pass, except that the first k W passes wait until the end."""
+    warmup = min(warmup, len(forwards))
+    order = list(forwards[:warmup])
+    pending: list[Action] = []
+    steady = len(forwards) - warmup
+    for i, backward in enumerate(backwards):
+        if i < steady:
+            order.append(forwards[warmup + i])
+        order.append(backward)
+        if defer_w:
+            pending.append(Action("W", backward.microbatch, backward.chunk))
+            if i >= defer_w[0]:
+                order.append(pending.pop(0))
+    return tuple(order + pending)
+
+
+def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Schedule:
+    """The named schedule; ``chunks`` applies to interleaved_1f1b only."""
+    if name == "interleaved_1f1b":
+        return interleaved_1f1b(stages, microbatches, chunks)
+    if chunks != 1:
+        raise StageSpecError(f"schedule {name!r} runs one chunk per stage, got chunks={chunks}")
+    builders = {"gpipe": gpipe, "1f1b": one_f_one_b, "zero_bubble": zero_bubble}
+    if name not in builders:
+        raise StageSpecError(f"unknown schedule {name!r}: expected one of {', '.join(SCHEDULES)}")
+    return builders[name](stages, microbatches)
+
+
+# --- closed forms for equal stages ------------------------------------------------------------------------
+
+PassTimes = tuple[Fraction, Fraction, Fraction]
+"""One micro-batch's (T_F, T_B, T_W) on one stage: B the input gradient, W the weight gradient; T_W = 0
+means B is the whole backward. The default takes the usual B = 2F."""
+
+
+def closed_form_bubble_time(
+    name: str, stages: int, chunks: int = 1, passes: PassTimes = (Fraction(1), Fraction(2), Fraction(0))
+) -> Fraction:
+    """Idle time per stage. GPipe / 1F1B: (p-1)(T_F+T_B+T_W) (Huang et al. 2019; Narayanan et al. 2021);
+    interleaved with v chunks: that divided by v (Narayanan et al. 2021, section 2.2); ZB-H1:
+    (p-1)(T_F+T_B-T_W) (Qi et al. 2023, section 2.1, for m >= p)."""
+    t_f, t_b, t_w = (Fraction(x) for x in passes)
+    if name == "zero_bubble":
+        return max(Fraction(0), (stages - 1) * (t_f + t_b - t_w))
+    return (stages - 1) * (t_f + t_b + t_w) / (chunks if name == "interleaved_1f1b" else 1)
+
+
+def closed_form_step_time(
+    name: str, stages: int, microbatches: int, chunks: int = 1,
+    passes: PassTimes = (Fraction(1), Fraction(2), Fraction(0)),
+) -> Fraction:
+    """Ideal step time m(T_F+T_B+T_W) plus the schedule's bubble time per stage."""
+    return microbatches * sum(map(Fraction, passes)) + closed_form_bubble_time(name, stages, chunks, passes)
+
+
+def closed_form_bubble(
+    name: str, stages: int, microbatches: int, chunks: int = 1,
+    passes: PassTimes = (Fraction(1), Fraction(2), Fraction(0)),
+) -> Fraction:
+    """Bubble fraction: GPipe / 1F1B (p-1)/(m+p-1), interleaved (p-1)/(v·m+p-1), ZB-H1
+    (p-1)(T_F+T_B-T_W) / (m(T_F+T_B+T_W) + (p-1)(T_F+T_B-T_W)), whose bubble time is a third of 1F1B's
+    when T_F = T_B = T_W."""
+    bubble = closed_form_bubble_time(name, stages, chunks, passes)
+    return bubble / closed_form_step_time(name, stages, microbatches, chunks, passes)

@@ -1,0 +1,315 @@
+"""What-if for pipeline schedules: replay per-stage, per-micro-batch F/B/W times under a schedule with a
+dependency-respecting event simulator, the closed forms from the literature, and recommendations.
+
+Pure functions, int64 nanoseconds. Schedules (action orders) live in ``schedules.py``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+
+from pipebubble.analysis.schedules import Action, Schedule, make_schedule
+from pipebubble.errors import StageSpecError
+
+Grid = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Measured durations in ns, indexed ``[stage][microbatch]``. ``backward`` is the whole backward pass
+    when ``weight`` is None, else the input-gradient part only; ``p2p_ns`` is added to every dependency
+    that crosses stages."""
+
+    forward: Grid
+    backward: Grid
+    weight: Grid | None = None
+    p2p_ns: int = 0
+
+    @classmethod
+    def uniform(
+        cls, per_stage_forward: tuple[int, ...], microbatches: int, backward_ratio: Fraction = Fraction(2)
+    ) -> StageTimes:
+        """Micro-batches of stage s take ``per_stage_forward[s]`` forward and ``ratio`` times that backward."""
+        forward = tuple((f,) * microbatches for f in per_stage_forward)
+        backward = tuple((int(f * backward_ratio),) * microbatches for f in per_stage_forward)
+        return cls(forward, backward)
+
+    @property
+    def stages(self) -> int:
+        return len(self.forward)
+
+    @property
+    def microbatches(self) -> int:
+        return len(self.forward[0]) if self.forward else 0
+
+    def stage_total(self, stage: int) -> int:
+        weight = sum(self.weight[stage]) if self.weight else 0
+        return sum(self.forward[stage]) + sum(self.backward[stage]) + weight
+
+
+@dataclass(frozen=True)
+class TimedAction:
+    stage: int
+    action: Action
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A schedule replayed on measured times: the step runs from 0 to ``step_time_ns``."""
+
+    schedule: Schedule
+    actions: tuple[tuple[TimedAction, ...], ...]
+    step_time_ns: int
+    busy_ns: tuple[int, ...]
+
+    @property
+    def idle_ns(self) -> tuple[int, ...]:
+        return tuple(self.step_time_ns - b for b in self.busy_ns)
+
+    @property
+    def bubble(self) -> Fraction:
+        """Σ idle / (p · step time), exact (ARCHITECTURE.md's bubble_fraction)."""
+        return Fraction(sum(self.idle_ns), len(self.busy_ns) * self.step_time_ns or 1)
+
+    @property
+    def bubble_fraction(self) -> float:
+        return float(self.bubble)
+
+
+def _split(total: int, parts: int, index: int) -> int:
+    """Part ``index`` of ``total`` cut into ``parts`` near-equal integers that sum to ``total``."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def action_duration(schedule: Schedule, times: StageTimes, stage: int, action: Action) -> int:
+    """Duration of one action. Without measured W, a split schedule assumes the backward divides into
+    equal input- and weight-gradient halves (B_input ≈ B_weight ≈ F for the usual B ≈ 2F; Qi et al. 2023,
+    section 2, take T_F = T_B = T_W); a measured W in an unsplit schedule runs inside B."""
+    j = action.microbatch
+    if action.phase == "F":
+        full = times.forward[stage][j]
+    else:
+        full = _backward(schedule, times, stage, j, action.phase)
+    return _split(full, schedule.chunks, action.chunk)
+
+
+def _backward(schedule: Schedule, times: StageTimes, stage: int, j: int, phase: str) -> int:
+    b = times.backward[stage][j]
+    w = times.weight[stage][j] if times.weight else None
+    if not schedule.split_backward:
+        return b + (w or 0)
+    if w is None:
+        return b - b // 2 if phase == "B" else b // 2
+    return b if phase == "B" else w
+
+
+def _expected(schedule: Schedule) -> Counter[Action]:
+    phases = ("F", "B", "W") if schedule.split_backward else ("F", "B")
+    m, v = schedule.microbatches, schedule.chunks
+    return Counter(Action(ph, j, c) for ph in phases for j in range(m) for c in range(v))
+
+
+def validate(schedule: Schedule) -> None:
+    """Every stage runs each (phase, micro-batch, chunk) exactly once."""
+    if len(schedule.orders) != schedule.stages:
+        raise StageSpecError(
+            f"schedule {schedule.name!r}: {len(schedule.orders)} orders for {schedule.stages} stages"
+        )
+    expected = _expected(schedule)
+    for s, order in enumerate(schedule.orders):
+        got = Counter(order)
+        if got != expected:
+            extra, missing = sorted((got - expected).elements()), sorted((expected - got).elements())
+            raise StageSpecError(
+                f"schedule {schedule.name!r}, stage {s}: each pass must run exactly once; "
+                f"repeated or unknown: {', '.join(map(str, extra)) or 'none'}; "
+                f"missing: {', '.join(map(str, missing)) or 'none'}"
+            )
+
+
+Key = tuple[str, int, int]  # (phase, microbatch, virtual stage)
+
+
+def _dependency(schedule: Schedule, stage: int, action: Action) -> Key | None:
+    """The pass this one waits for (Narayanan et al. 2021; Qi et al. 2023, section 2): F needs the previous
+    virtual stage's F, B the next virtual stage's B (the last virtual stage's B its own F), W its own B."""
+    k = schedule.virtual_stage(stage, action.chunk)
+    last = schedule.stages * schedule.chunks - 1
+    j = action.microbatch
+    if action.phase == "F":
+        return ("F", j, k - 1) if k > 0 else None
+    if action.phase == "B":
+        return ("B", j, k + 1) if k < last else ("F", j, k)
+    return ("B", j, k)
+
+
+def simulate(schedule: Schedule, times: StageTimes) -> Simulation:
+    """Start every action when its stage is free and its dependency has ended (plus ``p2p_ns`` when the
+    dependency ran on another stage). Raises StageSpecError if the orders deadlock."""
+    validate(schedule)
+    _check_times(schedule, times)
+    sim = _Sim(schedule, times)
+    ready = list(range(schedule.stages))
+    while ready:
+        ready.extend(sim.advance(ready.pop()))
+    return sim.result()
+
+
+def _check_times(schedule: Schedule, times: StageTimes) -> None:
+    if (times.stages, times.microbatches) != (schedule.stages, schedule.microbatches):
+        raise StageSpecError(
+            f"times cover {times.stages} stages x {times.microbatches} micro-batches, "
+            f"schedule {schedule.name!r} needs {schedule.stages} x {schedule.microbatches}"
+        )
+
+
+class _Sim:
+    """Event-driven replay: each stage runs its order until it must wait; a finishing pass wakes the
+    stages waiting for it, so every action is visited once."""
+
+    def __init__(self, schedule: Schedule, times: StageTimes) -> None:
+        self.schedule, self.times = schedule, times
+        self.ends: dict[Key, int] = {}
+        self.waiting: dict[Key, list[int]] = defaultdict(list)
+        self.done: list[list[TimedAction]] = [[] for _ in range(schedule.stages)]
+
+    def advance(self, s: int) -> list[int]:
+        woken: list[int] = []
+        order, done = self.schedule.orders[s], self.done[s]
+        while len(done) < len(order):
+            action = order[len(done)]
+            dep = _dependency(self.schedule, s, action)
+            if dep is not None and dep not in self.ends:
+                self.waiting[dep].append(s)
+                break
+            start = max(done[-1].end_ns if done else 0, self._arrival(s, dep))
+            end = start + action_duration(self.schedule, self.times, s, action)
+            done.append(TimedAction(s, action, start, end))
+            key = (action.phase, action.microbatch, self.schedule.virtual_stage(s, action.chunk))
+            self.ends[key] = end
+            woken += [w for w in self.waiting.pop(key, []) if w != s]
+        return woken
+
+    def _arrival(self, s: int, dep: Key | None) -> int:
+        if dep is None:
+            return 0
+        crosses = dep[2] % self.schedule.stages != s
+        return self.ends[dep] + (self.times.p2p_ns if crosses else 0)
+
+    def result(self) -> Simulation:
+        stuck = [f"stage {s} waits at {order[len(d)]}" for s, (order, d) in
+                 enumerate(zip(self.schedule.orders, self.done, strict=True)) if len(d) < len(order)]
+        if stuck:
+            raise StageSpecError(f"schedule {self.schedule.name!r} deadlocks: {'; '.join(stuck)}")
+        step = max((t.end_ns for d in self.done for t in d), default=0)
+        busy = tuple(sum(t.end_ns - t.start_ns for t in d) for d in self.done)
+        return Simulation(self.schedule, tuple(tuple(d) for d in self.done), step, busy)
+
+
+
+def ideal_step_time_ns(times: StageTimes) -> int:
+    """No schedule beats the busiest stage's total work."""
+    return max(times.stage_total(s) for s in range(times.stages))
+
+
+# --- what-if recommendations ------------------------------------------------------------------------------
+
+CANDIDATE_SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 4), ("zero_bubble", 1))
+SAME_BATCH_NOTE = (
+    "same global batch: each micro-batch does m_now/m_new of today's work (per-stage mean, linear scaling); "
+    "fixed per-micro-batch costs (launch, p2p latency) are not scaled"
+)
+CHUNK_NOTE = "each stage's model split into v equal chunks; extra p2p hops cost p2p_ns each"
+ZB_NOTE = "W not measured: backward assumed to split into equal input- and weight-gradient halves"
+REBALANCE_NOTE = "layers moved from slow to fast stages until every stage does the mean total work"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A predicted step under one change; ``speedup`` = current step time / predicted step time."""
+
+    label: str
+    schedule: str
+    microbatches: int
+    chunks: int
+    step_time_ns: int
+    bubble_fraction: float
+    speedup: float
+    note: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def what_if(
+    times: StageTimes, schedule: str, chunks: int = 1, microbatch_options: tuple[int, ...] | None = None
+) -> tuple[Recommendation, ...]:
+    """Replay ``times`` under the current schedule, other schedules, other micro-batch counts (default
+    2m, 4m and 64) and rebalanced stages; the current setup comes first among equals, all sorted by
+    predicted step time. Candidates a schedule cannot run (e.g. interleaved with m % (m // p) != 0)
+    are left out."""
+    m = times.microbatches
+    current = simulate(make_schedule(schedule, times.stages, m, chunks), times)
+    base = current.step_time_ns
+    recs = [_recommend(f"current: {_name(schedule, chunks)}, m={m}", current, base)]
+    for name, v in CANDIDATE_SCHEDULES:
+        if (name, v) != (schedule, chunks):
+            note = CHUNK_NOTE if v > 1 else ZB_NOTE if name == "zero_bubble" and not times.weight else ""
+            recs += _try(_name(name, v), name, v, times, base, note)
+    for m_new in microbatch_options or (2 * m, 4 * m, 64):
+        if m_new != m and m_new >= 1:
+            recs += _try(f"m={m_new}", schedule, chunks, rescale_microbatches(times, m_new), base, SAME_BATCH_NOTE)
+    recs += _try("rebalanced stages", schedule, chunks, rebalance(times), base, REBALANCE_NOTE)
+    unique = {(r.schedule, r.chunks, r.microbatches, r.label): r for r in recs}
+    return tuple(sorted(unique.values(), key=lambda r: (r.step_time_ns, not r.label.startswith("current"))))
+
+
+def _name(schedule: str, chunks: int) -> str:
+    return f"{schedule} v={chunks}" if schedule == "interleaved_1f1b" else schedule
+
+
+def _try(label: str, name: str, v: int, times: StageTimes, base: int, note: str) -> list[Recommendation]:
+    try:
+        sim = simulate(make_schedule(name, times.stages, times.microbatches, v), times)
+    except StageSpecError:
+        return []
+    return [_recommend(label, sim, base, note)]
+
+
+def _recommend(label: str, sim: Simulation, base: int, note: str = "") -> Recommendation:
+    s = sim.schedule
+    return Recommendation(
+        f"{label} → bubble {sim.bubble_fraction * 100:.1f} %", s.name, s.microbatches, s.chunks,
+        sim.step_time_ns, sim.bubble_fraction, base / sim.step_time_ns if sim.step_time_ns else 1.0, note,
+    )
+
+
+def _spread(total: int, parts: int) -> tuple[int, ...]:
+    return tuple(_split(total, parts, i) for i in range(parts))
+
+
+def rescale_microbatches(times: StageTimes, microbatches: int) -> StageTimes:
+    """The same global batch cut into ``microbatches`` pieces: each stage's total F, B and W time kept,
+    spread evenly (to the nanosecond) over the new micro-batches."""
+    def grid(g: Grid | None) -> Grid | None:
+        return None if g is None else tuple(_spread(sum(row), microbatches) for row in g)
+
+    return StageTimes(grid(times.forward), grid(times.backward), grid(times.weight), times.p2p_ns)
+
+
+def rebalance(times: StageTimes) -> StageTimes:
+    """Every stage scaled to the mean total work: the slowest stage's load spread to the others (assumes
+    work divides freely between stages, as moving layers approximately does)."""
+    totals = [times.stage_total(s) for s in range(times.stages)]
+    target = Fraction(sum(totals), len(totals))
+
+    def grid(g: Grid | None) -> Grid | None:
+        if g is None:
+            return None
+        return tuple(tuple(round(x * target / t) if t else x for x in row) for row, t in zip(g, totals, strict=True))
+
+    return StageTimes(grid(times.forward), grid(times.backward), grid(times.weight), times.p2p_ns)

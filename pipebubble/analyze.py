@@ -1,0 +1,23 @@
+"""Orchestration: an ingested span table in, a Report out. Pure: no printing, no files."""
+
+from __future__ import annotations
+
+from pipebubble.analysis.lanes import lane_table
+from pipebubble.ingest import Ingested
+from pipebubble.report import IngestSummary, Lane, Report
+
+
+def summarize_ingest(ingested: Ingested) -> IngestSummary:
+    return IngestSummary(
+        files=[f.source for f in ingested.files],
+        events_read=sum(f.events_read for f in ingested.files),
+        spans=ingested.spans.height,
+        skipped=dict(sorted(ingested.skipped.items())),
+        warnings=ingested.warnings,
+        formats={f.source: f.format for f in ingested.files},
+    )
+
+
+def analyze(ingested: Ingested) -> Report:
+    lanes = [Lane(**row) for row in lane_table(ingested.spans).iter_rows(named=True)]
+    return Report(ingest=summarize_ingest(ingested), lanes=lanes)

@@ -1,0 +1,258 @@
+"""Runs inside the profiled process, loaded by the sitecustomize next to it.
+
+Standard library only until the program imports torch; then it decides whether this process is one to
+profile (a worker, not torchrun's agent, not a child of a profiled process) and drives torch.profiler.
+The runner passes its settings as JSON in the PIPEBUBBLE_CAPTURE environment variable.
+"""
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import signal
+import sys
+import threading
+
+CONFIG_ENV = "PIPEBUBBLE_CAPTURE"
+# Set by a profiled process for its own children: a fork/spawn child (DataLoader worker, multiprocessing)
+# inherits it and so knows it is not a process to profile.
+OWNER_ENV = "PIPEBUBBLE_CAPTURE_OWNER"
+_LAUNCHERS = ("torchrun", "torch/distributed/run.py", "torch/distributed/launch.py")
+
+
+def install() -> None:
+    raw = os.environ.get(CONFIG_ENV)
+    if not raw or os.environ.get(OWNER_ENV):
+        return
+    config = json.loads(raw)
+    sys.meta_path.insert(0, _AfterImport({
+        "torch": lambda torch: _on_torch(torch, config),
+        "torch.distributed.pipelining.schedules": _on_pipelining,
+    }))
+
+
+def _warn(message: str) -> None:
+    print(f"pipebubble: {message}", file=sys.stderr)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls callbacks[name](module) once that module has finished executing (a post-import hook)."""
+
+    def __init__(self, callbacks):
+        self.callbacks = dict(callbacks)
+
+    def find_spec(self, name, path=None, target=None):
+        callback = self.callbacks.pop(name, None)
+        if callback is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if finder is not self and find else None
+            if spec is not None and spec.loader is not None:
+                spec.loader = _ThenCall(spec.loader, callback)
+                return spec
+        return None
+
+
+class _ThenCall:
+    def __init__(self, loader, callback):
+        self._loader, self._callback = loader, callback
+
+    def __getattr__(self, attr):
+        return getattr(self._loader, attr)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        module.__loader__ = module.__spec__.loader = self._loader
+        try:
+            self._callback(module)
+        except Exception as exc:  # profiling must never break the user's program
+            _warn(f"profiling not started in pid {os.getpid()}: {exc!r}")
+
+
+def _should_profile(config) -> bool:
+    argv0 = (sys.argv[0] if sys.argv else "").replace(os.sep, "/")
+    launcher = any(argv0.endswith(name) for name in _LAUNCHERS)
+    if "RANK" in os.environ:
+        return not launcher
+    return not (launcher or config.get("only_ranks"))
+
+
+def _on_torch(torch, config) -> None:
+    if not _should_profile(config):
+        return
+    os.environ[OWNER_ENV] = str(os.getpid())
+    _Session(torch, config).start()
+
+
+def _on_pipelining(schedules) -> None:
+    if os.environ.get(OWNER_ENV) == str(os.getpid()):
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location("_pipebubble_pplabels", os.path.join(here, "_pipebubble_pplabels.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.install(schedules)
+
+
+class _Session:
+    """One process's profiler, from `import torch` to exit (normal, os._exit or SIGTERM)."""
+
+    def __init__(self, torch, config):
+        self.torch, self.config = torch, config
+        self.pid = os.getpid()
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.total = config["wait"] + config["warmup"] + config["active"]
+        self.trace = os.path.join(config["out"], f"rank{self.rank}.pt.trace.json.gz")
+        self.steps, self.optimizer = 0, None
+        self.recording = self.window_done = self.finished = self.dist_in_trace = False
+        self.written, self.problem, self.hook = False, None, None
+
+    def start(self) -> None:
+        profiler = self.torch.profiler
+        activities = [profiler.ProfilerActivity.CPU]
+        if self.torch.cuda.is_available():
+            activities.append(profiler.ProfilerActivity.CUDA)
+        kwargs = {"activities": activities, "record_shapes": self.config["record_shapes"],
+                  "on_trace_ready": self._write}
+        if self.config["mode"] == "steps":
+            c = self.config
+            kwargs["schedule"] = profiler.schedule(wait=c["wait"], warmup=c["warmup"], active=c["active"], repeat=1)
+        self.prof = profiler.profile(**kwargs)
+        self._watch_foreign_profilers()
+        self.prof.start()
+        self._note_recording()
+        if self.config["mode"] == "steps":
+            self.hook = self.torch.optim.optimizer.register_optimizer_step_post_hook(self._on_step)
+        self._install_exit_paths()
+
+    def _note_recording(self) -> None:
+        if not self.recording and self.prof.current_action.name.startswith("RECORD"):
+            self.recording = True
+            self.dist_in_trace = self._dist_live() is not None  # torch adds distributedInfo itself then
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if os.getpid() != self.pid or self.window_done or self.problem:
+            return
+        # Count one optimizer only, so that a step is a training step even with several optimizers.
+        self.optimizer = self.optimizer if self.optimizer is not None else id(optimizer)
+        if id(optimizer) != self.optimizer:
+            return
+        self.steps += 1
+        if self.steps == self.total:
+            self._add_dist_info()  # the step() below ends the recording
+        self.prof.step()
+        self._note_recording()
+        if self.steps >= self.total:
+            self.window_done = True
+            self.hook.remove()
+
+    def _dist_live(self):
+        dist = self.torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return {"backend": str(dist.get_backend()), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+        return None
+
+    def _add_dist_info(self) -> None:
+        # torch records distributedInfo when recording starts; a window that began before
+        # init_process_group (say --mode run) would otherwise lose the rank.
+        if self.dist_in_trace or not self.recording:
+            return
+        info = self._dist_live()
+        if info is None and "RANK" in os.environ:
+            info = {"rank": self.rank, "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
+        if info is not None:
+            self.prof.add_metadata_json("distributedInfo", json.dumps(info))
+            self.dist_in_trace = True
+
+    def _write(self, prof) -> None:
+        if self.problem is not None and self.problem.startswith("own_profiler"):
+            return
+        partial = os.path.join(self.config["out"], f".rank{self.rank}.partial.json.gz")
+        prof.export_chrome_trace(partial)
+        os.replace(partial, self.trace)
+        self.written = True
+
+    def _watch_foreign_profilers(self) -> None:
+        # Both torch.profiler.profile and the legacy autograd profiler go through _prepare_trace;
+        # two profilers cannot run at once, so when the program starts its own, ours steps aside.
+        legacy = self.torch.autograd.profiler.profile
+        original, session = legacy._prepare_trace, self
+
+        def _prepare_trace(prof_self, *args, **kwargs):
+            if os.getpid() == session.pid and prof_self is not getattr(session.prof, "profiler", None):
+                session.step_aside()
+            return original(prof_self, *args, **kwargs)
+
+        legacy._prepare_trace = _prepare_trace
+
+    def step_aside(self) -> None:
+        if self.problem is not None:
+            return
+        self.problem = "own_profiler"
+        if self.hook is not None:
+            self.hook.remove()
+        try:
+            self.prof.stop()
+        except Exception:  # it may not have been started by the schedule yet; nothing to release then
+            pass
+
+    def _install_exit_paths(self) -> None:
+        atexit.register(self.finish)
+        real_exit = os._exit
+
+        def _exit(code):
+            self.finish()
+            real_exit(code)
+
+        os._exit = _exit
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self.finished = True  # a forked child shares our state but must not write our trace
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.finish()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def finish(self) -> None:
+        if os.getpid() != self.pid or self.finished:
+            return
+        self.finished = True
+        try:
+            self._stop()
+        except Exception as exc:
+            self.problem = self.problem or f"flush_failed: {exc!r}"
+        self._write_status()
+
+    def _stop(self) -> None:
+        if self.problem is not None or self.window_done:
+            return
+        if self.recording:
+            self._add_dist_info()
+            self.prof.stop()
+            if self.config["mode"] == "steps":
+                self.problem = f"partial: the program ended after {self.steps} of {self.total} steps"
+        else:
+            self.problem = f"before_active: the program ended after {self.steps} optimizer step(s)"
+
+    def _write_status(self) -> None:
+        cuda = self.torch.cuda
+        used = cuda.is_available() and cuda.is_initialized()
+        status = {
+            "rank": self.rank, "pid": self.pid, "torch": self.torch.__version__,
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "devices": ["cpu"] + ([cuda.get_device_name(i) for i in range(cuda.device_count())] if used else []),
+            "optimizer_steps": self.steps, "trace": os.path.basename(self.trace) if self.written else None,
+            "problem": self.problem,
+        }
+        path = os.path.join(self.config["out"], f".rank{self.rank}.status.json")
+        with open(path, "w") as f:
+            json.dump(status, f)

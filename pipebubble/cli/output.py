@@ -1,0 +1,40 @@
+"""Where CLI output goes: stdout or a file, with colour only on a terminal that wants it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pipebubble.ingest import Ingested, find_traces, load
+
+
+def console(output: Path | None = None, width: int | None = None) -> Console:
+    """A console for stdout (plain when piped or NO_COLOR is set) or for a file (always plain)."""
+    if output is not None:
+        return Console(file=open(output, "w"), width=width or 120, no_color=True, highlight=False)
+    plain = not sys.stdout.isatty() or "NO_COLOR" in os.environ
+    return Console(width=width or (120 if plain else None), no_color=plain, highlight=False,
+                   force_terminal=None if not plain else False)
+
+
+def write_text(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+
+
+def ingest_with_progress(paths: list[Path], use_cache: bool, quiet: bool) -> Ingested:
+    """Load traces; on a terminal, a progress bar over files while it takes a while."""
+    show = not quiet and sys.stderr.isatty()
+    if not show:
+        return load(paths, use_cache=use_cache)
+    total = len(find_traces(paths))
+    columns = (TextColumn("reading traces"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("read", total=total)
+        return load(paths, use_cache=use_cache, on_file=lambda _: progress.advance(task))

@@ -1,0 +1,120 @@
+"""Find trace files, sniff their format, read them (in parallel, through the cache) into one span table."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import polars as pl
+
+from pipebubble import spans
+from pipebubble.errors import TraceFormatError
+from pipebubble.ingest import cache
+from pipebubble.ingest.base import FileResult
+
+JSON_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
+
+
+@dataclass
+class Ingested:
+    """Every file's result and the span table of them all."""
+
+    spans: pl.DataFrame
+    files: list[FileResult] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for f in self.files:
+            total.update(f.skipped)
+        return total
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for f in self.files for w in f.warnings]
+
+
+def find_traces(paths: Iterable[Path]) -> list[Path]:
+    """Expand folders into the trace files they hold (sorted), checking every path exists."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise TraceFormatError(path, "no such file or directory")
+        if path.is_dir() and not _is_parquetdir(path):
+            inside = sorted(p for p in path.iterdir() if _is_trace_name(p) or _is_parquetdir(p))
+            if not inside:
+                raise TraceFormatError(path, "folder holds no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep)")
+            found.extend(inside)
+        else:
+            found.append(path)
+    return found
+
+
+def load(
+    paths: Iterable[Path],
+    *,
+    use_cache: bool = True,
+    workers: int | None = None,
+    on_file: Callable[[Path], None] | None = None,
+) -> Ingested:
+    """Read all traces under ``paths`` into one span table. ``on_file`` is called as each file is done."""
+    files = find_traces(paths)
+    results: list[FileResult | None] = [cache.get(f) if use_cache else None for f in files]
+    todo = [i for i, r in enumerate(results) if r is None]
+    for i, result in _read_all([(files[i], i) for i in todo], workers):
+        results[i] = result
+        if use_cache:
+            cache.put(files[i], result)
+        if on_file:
+            on_file(files[i])
+    done = [r for r in results if r is not None]
+    if len(done) > 1 and any(r.format == "nsys" for r in done):
+        from pipebubble.ingest import nsys
+
+        done = nsys.align_clocks(done)
+    table = pl.concat([r.spans for r in done], how="vertical") if done else spans.empty()
+    return Ingested(table, done)
+
+
+def read_one(path: Path, position: int = 0) -> FileResult:
+    """Read one trace file (or Nsight parquet folder), whatever its format."""
+    if _is_parquetdir(path) or path.name.endswith(NSYS_SUFFIXES) or _has_sqlite_magic(path):
+        from pipebubble.ingest import nsys
+
+        return nsys.read(path, cache.directory())
+    from pipebubble.ingest import chrome
+
+    return chrome.read(path, position)
+
+
+def _read_all(jobs: list[tuple[Path, int]], workers: int | None):
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        for path, i in jobs:
+            yield i, read_one(path, i)
+        return
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = [(i, pool.submit(read_one, path, i)) for path, i in jobs]
+        for i, future in futures:
+            yield i, future.result()
+
+
+def _is_trace_name(path: Path) -> bool:
+    return path.is_file() and path.name.endswith(JSON_SUFFIXES + NSYS_SUFFIXES)
+
+
+def _is_parquetdir(path: Path) -> bool:
+    return path.is_dir() and any(path.glob("*KERNEL*.parquet")) or (path / "StringIds.parquet").exists()
+
+
+def _has_sqlite_magic(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(16) == b"SQLite format 3\x00"

@@ -1,0 +1,156 @@
+"""Chrome-trace JSON (and torch.profiler/Kineto, which writes it) into the span table.
+
+Kineto facts (checked on real files): ``ts``/``dur`` are µs whatever ``displayTimeUnit`` says; ``ts`` is
+relative to ``baseTimeNanoseconds`` when the header has it, else absolute epoch µs; GPU events carry
+``pid`` = device and ``tid`` = stream; the rank comes from ``distributedInfo.rank``, never from a pid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+
+from pipebubble import spans
+from pipebubble.ingest import jsontrace
+from pipebubble.ingest.base import FileResult
+
+# Category -> kind. Old Kineto names (Kernel, Memcpy, Runtime) included; matching is case-insensitive.
+CATEGORY_KINDS = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "runtime",
+    "hip_runtime": "runtime",
+    "cuda_sync": "sync",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "gpu_annotation",
+    "python_function": "annotation",  # Python stack frames label time; they are not work of their own
+}
+#: Kinds whose events sit on a GPU (pid = device, tid = stream).
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync_gpu")
+COMM_KERNEL = r"(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)|AllReduce|ReduceScatter|AllGather|SendRecv"
+COMM_CPU = r"^(gloo|nccl|mpi|ucc):"
+HOST_SYNC = r"(?i)synchronize"
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_NOT_SPANS = {"s": "flow", "t": "flow", "f": "flow", "C": "counter", "M": "metadata", "i": "instant",
+              "I": "instant", "n": "instant", "R": "instant", "O": "object", "N": "object", "D": "object",
+              "P": "sample"}
+
+
+def read(path: Path, position: int = 0) -> FileResult:
+    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``)."""
+    data = jsontrace.read_bytes(path)
+    decoded = jsontrace.decode(path, data)
+    del data
+    header, events = decoded.header, decoded.events
+    rank = header.get("rank")
+    if rank is None:
+        match = _RANK_IN_NAME.search(path.name)
+        rank = int(match.group(1)) if match else position
+    base = header.get("base_time_ns") or 0
+    events = events.with_columns(ts_ns=pl.col("ts_ns") + base)
+    skipped: Counter[str] = Counter()
+    complete, not_kept = _complete_spans(events)
+    skipped.update(not_kept)
+    paired, unmatched = _paired_spans(events)
+    skipped.update(unmatched)
+    table = _to_spans(pl.concat([complete, paired], how="vertical_relaxed"), str(path), rank)
+    warnings = []
+    if decoded.unread_bytes:
+        warnings.append(
+            f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
+        )
+        skipped["unreadable_bytes"] = decoded.unread_bytes
+    meta = {**header, "rank": rank, "process_names": _names(events, "process_name"),
+            "thread_names": _names(events, "thread_name")}
+    return FileResult(str(path), table, events.height, skipped, warnings, meta,
+                      "kineto" if header.get("kineto") else "chrome")
+
+
+def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
+    """``X`` events as spans; every other phase counted by what it is."""
+    counts = dict(events.group_by("ph").len().iter_rows())
+    skipped: Counter[str] = Counter()
+    for ph, n in counts.items():
+        if ph not in ("X", "B", "E", "b", "e"):
+            skipped[_NOT_SPANS.get(ph, f"phase {ph!r}")] += n
+    x = events.filter(pl.col("ph") == "X")
+    bad = x.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0))
+    if bad.height:
+        skipped["bad_time"] += bad.height
+    x = x.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") >= 0))
+    trace = x.filter(pl.col("cat") == "Trace")  # Kineto's own whole-profile span
+    if trace.height:
+        skipped["profiler_trace"] += trace.height
+    x = x.filter(pl.col("cat").is_null() | (pl.col("cat") != "Trace"))
+    return x.select("cat", "name", "pid", "tid", "external_id", "correlation",
+                    start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns")), skipped
+
+
+def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
+    """``B``/``E`` pairs (a stack per pid/tid) and async ``b``/``e`` pairs (by category, id and name)."""
+    rows = events.filter(pl.col("ph").is_in(["B", "E", "b", "e"]) & pl.col("ts_ns").is_not_null())
+    out: list[tuple] = []
+    skipped: Counter[str] = Counter()
+    stacks: dict[tuple, list[tuple]] = {}
+    ordered = rows.with_row_index("order").sort("ts_ns", "order")
+    for ph, cat, name, pid, tid, ts, eid, ext, corr in ordered.select(
+        "ph", "cat", "name", "pid", "tid", "ts_ns", "id", "external_id", "correlation"
+    ).iter_rows():
+        key = (pid, tid) if ph in "BE" else (cat, eid, name)
+        if ph in "Bb":
+            stacks.setdefault(key, []).append((cat, name, pid, tid, ts, ext, corr))
+        elif stacks.get(key):
+            b_cat, b_name, b_pid, b_tid, b_ts, b_ext, b_corr = stacks[key].pop()
+            out.append((b_cat, b_name or name, b_pid, b_tid, b_ext, b_corr, b_ts, ts))
+        else:
+            skipped["unmatched_end" if ph == "E" else "unmatched_async_end"] += 1
+    for key, left in stacks.items():
+        if left:
+            skipped["unmatched_begin" if len(key) == 2 else "unmatched_async_begin"] += len(left)
+    schema = {"cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64, "external_id": pl.Int64,
+              "correlation": pl.Int64, "start": pl.Int64, "end": pl.Int64}
+    return pl.DataFrame(out, schema=schema, orient="row"), skipped
+
+
+def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
+    """Categories to kinds, GPU events to (device, stream), lanes named."""
+    cat = pl.col("cat").str.to_lowercase()
+    mapped = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KINDS, default="cpu_op")
+    kind = (
+        pl.when(pl.col("name").str.starts_with("ProfilerStep#")).then(pl.lit("step"))
+        .when((mapped == "kernel") & pl.col("name").str.contains(COMM_KERNEL)).then(pl.lit("comm"))
+        .when((mapped == "annotation") & pl.col("name").str.contains(COMM_CPU)).then(pl.lit("comm"))
+        .when((mapped == "runtime") & pl.col("name").str.contains(HOST_SYNC)).then(pl.lit("sync"))
+        .otherwise(mapped)
+    )
+    on_device = cat.is_in(["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation",
+                           "cuda_sync"])
+    frame = raw.with_columns(kind=kind, on_device=on_device.fill_null(False)).with_columns(
+        device=pl.when("on_device").then(pl.col("pid")),
+        stream=pl.when("on_device").then(pl.col("tid")),
+        pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
+        tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
+    )
+    lane = pl.when("on_device").then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device"))).otherwise(
+        pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid"))
+    )
+    frame = frame.with_columns(lane=lane, source=pl.lit(source), rank=pl.lit(rank))
+    return spans.conform(frame)
+
+
+def _names(events: pl.DataFrame, which: str) -> dict[str, str]:
+    rows = events.filter((pl.col("ph") == "M") & (pl.col("name") == which) & pl.col("arg_name").is_not_null())
+    key = ["pid"] if which == "process_name" else ["pid", "tid"]
+    out = rows.select(key=pl.concat_str([pl.col(k).cast(pl.String) for k in key], separator="/"),
+                      value=pl.col("arg_name"))
+    return dict(out.unique("key", keep="last").iter_rows())

@@ -1,0 +1,213 @@
+"""Nsight Systems ingest: ``.sqlite`` exports, ``parquetdir`` exports and ``.nsys-rep`` reports.
+
+Tables are read whole and converted with polars expressions (``nsys_spans``); nothing is filtered
+on ``ANALYSIS_DETAILS`` start/stop times, because real files hold events before them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipebubble.errors import TraceFormatError
+from pipebubble.ingest import nsys_spans as ns
+from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.nsys_tables import ParquetTables, SqliteTables, Tables, is_sqlite, looks_like_nsys
+from pipebubble.spans import conform, empty
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+I64 = pl.Int64
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is an Nsight Systems report or export this module can read."""
+    path = Path(path)
+    if path.suffix in REPORT_SUFFIXES:
+        return True
+    try:
+        if path.is_dir():
+            return looks_like_nsys(ParquetTables(path).names)
+        if is_sqlite(path):
+            tables = SqliteTables(path)
+            try:
+                return looks_like_nsys(tables.names)
+            finally:
+                tables.close()
+    except (OSError, TraceFormatError):
+        return False
+    return False
+
+
+def read(path: Path, cache_dir: Path | None = None) -> FileResult:
+    """Read one Nsight Systems report into spans (see ``nsys_spans`` for the lane and kind rules)."""
+    path = Path(path)
+    tables = _open(path, cache_dir)
+    try:
+        result = _read_tables(tables, str(path))
+    finally:
+        tables.close()
+    if result.spans.is_empty():
+        reasons = "; ".join(result.warnings) or "no CUDA or NVTX tables"
+        raise TraceFormatError(path, f"nothing to analyse in this Nsight Systems export ({reasons})")
+    return result
+
+
+def align_clocks(results: list[FileResult]) -> list[FileResult]:
+    """Shift each report's spans onto one clock, using its session start in UTC.
+
+    A report's timestamps count from its host's own clock; ``TARGET_INFO_SESSION_START_TIME`` pairs that
+    clock (``systemClockNs``) with UTC epoch ns, so ``utc = t + utcEpochNs - systemClockNs``. The earliest
+    report keeps its times; the others move by their offset from it (``meta["clock_offset_ns"]``).
+    """
+    offsets = {i: _utc_offset(r.meta) for i, r in enumerate(results)}
+    known = [o for o in offsets.values() if o is not None]
+    base = min(known) if known else 0
+    out = []
+    for i, result in enumerate(results):
+        if offsets[i] is None:
+            note = "no TARGET_INFO_SESSION_START_TIME: clock not aligned with the other reports"
+            out.append(dataclasses.replace(result, warnings=[*result.warnings, note]))
+            continue
+        shift = offsets[i] - base
+        spans = result.spans.with_columns(pl.col("start") + shift, pl.col("end") + shift)
+        meta = {**result.meta, "clock_offset_ns": shift}
+        out.append(dataclasses.replace(result, spans=spans, meta=meta))
+    return out
+
+
+def _utc_offset(meta: dict[str, Any]) -> int | None:
+    if meta.get("session_start_ns") is None:
+        return None
+    return int(meta["session_start_ns"]) - int(meta.get("session_start_clock_ns") or 0)
+
+
+def _open(path: Path, cache_dir: Path | None) -> Tables:
+    if path.suffix in REPORT_SUFFIXES:
+        path = _export_report(path, cache_dir)
+    if path.is_dir():
+        tables: Tables = ParquetTables(path)
+    elif not path.exists():
+        raise TraceFormatError(path, "no such file")
+    elif is_sqlite(path):
+        tables = SqliteTables(path)
+    else:
+        raise TraceFormatError(path, "expected an Nsight Systems SQLite export, parquetdir folder or .nsys-rep")
+    if not looks_like_nsys(tables.names):
+        tables.close()
+        raise TraceFormatError(path, "not an Nsight Systems export: no StringIds with CUPTI_* or NVTX_EVENTS tables")
+    return tables
+
+
+def export_command(report: Path, out: Path) -> list[str]:
+    return ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(report)]
+
+
+def _export_report(report: Path, cache_dir: Path | None) -> Path:
+    """Export a ``.nsys-rep`` to SQLite in the cache (never beside the input, which may be read-only)."""
+    if not report.is_file():
+        raise TraceFormatError(report, "no such file")
+    if shutil.which("nsys") is None:
+        hint = shlex.join(["nsys", "export", "--type", "sqlite", "-o", str(report.with_suffix(".sqlite")), str(report)])
+        raise TraceFormatError(report, f"reading a report needs nsys on PATH; export it first: {hint}")
+    stat = report.stat()
+    key = hashlib.sha256(f"{report.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "pipebubble-nsys"
+    out = folder / f"{report.stem}-{key}.sqlite"
+    if not out.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(export_command(report, out), capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not out.exists():
+            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise TraceFormatError(report, f"nsys export failed (exit {done.returncode}): {last[0]}")
+    return out
+
+
+def _read_tables(tables: Tables, source: str) -> FileResult:
+    result = FileResult(source=source, spans=empty(), format="nsys")
+    strings = tables.load("StringIds", {"id": I64, "value": pl.String}).drop_nulls("id").unique("id")
+    loaded = {t: _load(tables, t, result) for t in ns.COLUMNS}
+    skipped = result.skipped
+    runtime = ns.runtime_calls(loaded[ns.RUNTIME], strings, skipped)
+    parts = [
+        ns.kernels(loaded[ns.KERNEL], strings, skipped),
+        ns.memcpys(loaded[ns.MEMCPY], skipped),
+        ns.memsets(loaded[ns.MEMSET], skipped),
+        ns.graph_launches(loaded[ns.GRAPH], skipped),
+        runtime,
+        ns.syncs(loaded[ns.SYNC], runtime, skipped),
+        ns.nvtx_ranges(loaded[ns.NVTX], strings, skipped),
+    ]
+    spans = pl.concat([conform(p) for p in parts]).with_columns(source=pl.lit(source))
+    result.spans = spans.sort("lane", "start")
+    result.meta.update(_meta(tables, loaded, strings))
+    return result
+
+
+# Tables whose absence changes what the analysis can say; the others are simply empty when absent.
+_EXPECTED = {
+    ns.KERNEL: "no kernel ran or CUDA tracing was off (nsys profile --trace=cuda)",
+    ns.RUNTIME: "kernels cannot be joined to their launch calls",
+}
+
+
+def _load(tables: Tables, table: str, result: FileResult) -> pl.DataFrame:
+    if table not in tables.names and table in _EXPECTED:
+        result.warnings.append(f"no {table} table: {_EXPECTED[table]}")
+    frame = tables.load(table, ns.COLUMNS[table])
+    result.events_read += frame.height
+    return frame
+
+
+def _meta(tables: Tables, loaded: dict[str, pl.DataFrame], strings: pl.DataFrame) -> dict[str, Any]:
+    meta: dict[str, Any] = {"nvtx_domains": ns.nvtx_domains(loaded[ns.NVTX], strings)}
+    meta.update(_session_start(tables))
+    meta["process_names"] = _process_names(tables)
+    meta["thread_names"] = _thread_names(tables, strings)
+    version = _export_info(tables).get("EXPORT_PRODUCT_VERSION")
+    if version:
+        meta["nsys_version"] = version
+    return meta
+
+
+def _session_start(tables: Tables) -> dict[str, int]:
+    """UTC epoch ns of the session start, and the same instant on the events' own clock."""
+    name = next((n for n in sorted(tables.names) if n.startswith("TARGET_INFO_SESSION_START")), None)
+    row = tables.load(name, {"utcEpochNs": I64, "systemClockNs": I64}) if name else pl.DataFrame()
+    if row.is_empty() or row["utcEpochNs"][0] is None:
+        return {}
+    clock = row["systemClockNs"][0]
+    if clock is None:  # older exports: fall back to the analysis start on the event clock
+        details = tables.load("ANALYSIS_DETAILS", {"startTime": I64})
+        clock = details["startTime"][0] if details.height else 0
+    return {"session_start_ns": int(row["utcEpochNs"][0]), "session_start_clock_ns": int(clock or 0)}
+
+
+def _process_names(tables: Tables) -> dict[int, str]:
+    procs = tables.load("PROCESSES", {"pid": I64, "name": pl.String}).drop_nulls()
+    return dict(procs.iter_rows())
+
+
+def _thread_names(tables: Tables, strings: pl.DataFrame) -> dict[str, str]:
+    names = tables.load("ThreadNames", {"nameId": I64, "globalTid": I64}).select(
+        pl.format("{}/{}", ns.pid_of("globalTid"), ns.tid_of("globalTid")).alias("thread"),
+        ns.lookup("nameId", strings).alias("name"),
+    )
+    return dict(names.drop_nulls().iter_rows())
+
+
+def _export_info(tables: Tables) -> dict[str, str]:
+    # Older exports call it EXPORT_META_DATA; some have neither.
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if table in tables.names:
+            rows = tables.load(table, {"name": pl.String, "value": pl.String}).drop_nulls("name")
+            return dict(rows.iter_rows())
+    return {}
+
