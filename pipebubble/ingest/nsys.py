@@ -61,25 +61,29 @@ def read(path: Path, cache_dir: Path | None = None) -> FileResult:
 
 
 def align_clocks(results: list[FileResult]) -> list[FileResult]:
-    """Shift each report's spans onto one clock, using its session start in UTC.
+    """Shift each Nsight report's spans onto one clock, using its session start in UTC.
 
-    A report's timestamps count from its host's own clock; ``TARGET_INFO_SESSION_START_TIME`` pairs that
+    A report's timestamps count on its host's own clock; ``TARGET_INFO_SESSION_START_TIME`` pairs that
     clock (``systemClockNs``) with UTC epoch ns, so ``utc = t + utcEpochNs - systemClockNs``. The earliest
     report keeps its times; the others move by their offset from it (``meta["clock_offset_ns"]``).
+    Results of other formats are returned as they are.
     """
-    offsets = {i: _utc_offset(r.meta) for i, r in enumerate(results)}
-    known = [o for o in offsets.values() if o is not None]
-    base = min(known) if known else 0
+    offsets = [_utc_offset(r.meta) if r.format == "nsys" else None for r in results]
+    known = [o for o in offsets if o is not None]
+    base = min(known, default=0)
+    several = sum(r.format == "nsys" for r in results) > 1
     out = []
-    for i, result in enumerate(results):
-        if offsets[i] is None:
+    for result, offset in zip(results, offsets, strict=True):
+        if offset is None:
+            unaligned = several and result.format == "nsys"
             note = "no TARGET_INFO_SESSION_START_TIME: clock not aligned with the other reports"
-            out.append(dataclasses.replace(result, warnings=[*result.warnings, note]))
+            out.append(
+                dataclasses.replace(result, warnings=[*result.warnings, note]) if unaligned else result
+            )
             continue
-        shift = offsets[i] - base
+        shift = offset - base
         spans = result.spans.with_columns(pl.col("start") + shift, pl.col("end") + shift)
-        meta = {**result.meta, "clock_offset_ns": shift}
-        out.append(dataclasses.replace(result, spans=spans, meta=meta))
+        out.append(dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": shift}))
     return out
 
 
@@ -99,10 +103,14 @@ def _open(path: Path, cache_dir: Path | None) -> Tables:
     elif is_sqlite(path):
         tables = SqliteTables(path)
     else:
-        raise TraceFormatError(path, "expected an Nsight Systems SQLite export, parquetdir folder or .nsys-rep")
+        raise TraceFormatError(
+            path, "expected an Nsight Systems SQLite export, parquetdir folder or .nsys-rep"
+        )
     if not looks_like_nsys(tables.names):
         tables.close()
-        raise TraceFormatError(path, "not an Nsight Systems export: no StringIds with CUPTI_* or NVTX_EVENTS tables")
+        raise TraceFormatError(
+            path, "not an Nsight Systems export: no StringIds with CUPTI_* or NVTX_EVENTS tables"
+        )
     return tables
 
 
@@ -115,7 +123,9 @@ def _export_report(report: Path, cache_dir: Path | None) -> Path:
     if not report.is_file():
         raise TraceFormatError(report, "no such file")
     if shutil.which("nsys") is None:
-        hint = shlex.join(["nsys", "export", "--type", "sqlite", "-o", str(report.with_suffix(".sqlite")), str(report)])
+        hint = shlex.join(
+            ["nsys", "export", "--type", "sqlite", "-o", str(report.with_suffix(".sqlite")), str(report)]
+        )
         raise TraceFormatError(report, f"reading a report needs nsys on PATH; export it first: {hint}")
     stat = report.stat()
     key = hashlib.sha256(f"{report.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
@@ -145,8 +155,7 @@ def _read_tables(tables: Tables, source: str) -> FileResult:
         ns.syncs(loaded[ns.SYNC], runtime, skipped),
         ns.nvtx_ranges(loaded[ns.NVTX], strings, skipped),
     ]
-    spans = pl.concat([conform(p) for p in parts]).with_columns(source=pl.lit(source))
-    result.spans = spans.sort("lane", "start")
+    result.spans = pl.concat([conform(p) for p in parts]).with_columns(source=pl.lit(source))
     result.meta.update(_meta(tables, loaded, strings))
     return result
 
@@ -210,4 +219,3 @@ def _export_info(tables: Tables) -> dict[str, str]:
             rows = tables.load(table, {"name": pl.String, "value": pl.String}).drop_nulls("name")
             return dict(rows.iter_rows())
     return {}
-

@@ -1,0 +1,208 @@
+"""Small Nsight Systems exports written from a list of events, in the table layouts of several releases.
+
+``Trace`` holds plain events; ``write(trace, path, layout)`` lays them out as nsys 2022 (``EXPORT_META_DATA``,
+no ``ENUM_*`` tables, relative timestamps), 2023 (NVTX text only through ``textId``) or 2026 (the current
+layout, with extra columns other tools add). ``to_parquetdir`` turns any of them into the Parquet layout.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+LAYOUTS = ("2022", "2023", "2026")
+SESSION_UTC_NS = 1_700_000_000_000_000_000
+CLOCK_AT_SESSION_START = 5_000_000
+
+
+def gpid(pid: int) -> int:
+    """Nsight's serialized process id: the pid sits in bits 24..47 above a hardware/vm id."""
+    return (1 << 48) | (pid << 24)
+
+
+def gtid(pid: int, tid: int) -> int:
+    return gpid(pid) | tid
+
+
+@dataclass
+class Gpu:
+    pid: int
+    device: int
+    stream: int
+    start: int
+    end: int
+    kind: str = "kernel"  # kernel | memcpy | memset | graph
+    name: str = "gemm"
+    correlation: int | None = None
+    launch_tid: int | None = None  # when set, a cudaLaunchKernel row on this thread precedes it
+
+
+@dataclass
+class Nvtx:
+    pid: int
+    tid: int
+    start: int
+    end: int | None
+    text: str | bytes
+    event_type: int = 59
+    range_id: int | None = None
+
+
+@dataclass
+class Trace:
+    gpu: list[Gpu] = field(default_factory=list)
+    nvtx: list[Nvtx] = field(default_factory=list)
+    syncs: list[tuple[int, int, int, int, int]] = field(
+        default_factory=list
+    )  # pid, start, end, correlation, type
+    processes: dict[int, str] = field(default_factory=dict)
+    cuda_tables: bool = True
+    strings: dict[str, int] = field(default_factory=dict)
+
+    def sid(self, text: str) -> int:
+        return self.strings.setdefault(text, len(self.strings) + 1)
+
+
+_DEVICE = "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, "
+_DEVICE += "correlationId INTEGER, globalPid INTEGER"
+_TABLES = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": _DEVICE + ", demangledName INTEGER, shortName INTEGER, gridX INTEGER",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": _DEVICE + ", bytes INTEGER, copyKind INTEGER",
+    "CUPTI_ACTIVITY_KIND_MEMSET": _DEVICE + ", value INTEGER, bytes INTEGER",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": _DEVICE + ", graphId INTEGER, graphExecId INTEGER",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": _DEVICE + ", syncType INTEGER, eventId INTEGER",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER, end INTEGER, eventClass INTEGER, globalTid INTEGER, "
+    "correlationId INTEGER, nameId INTEGER, returnValue INTEGER",
+}
+_NVTX = {
+    "2022": "start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, text TEXT, globalTid INTEGER, "
+    "textId INTEGER",
+    "2023": "start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, globalTid INTEGER, "
+    "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER",
+    "2026": "start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, category INTEGER, "
+    "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
+    "jsonText TEXT",
+}
+
+
+def write(trace: Trace, path: Path, layout: str = "2026") -> Path:
+    """Write ``trace`` as an Nsight Systems SQLite export in ``layout``."""
+    offset = 0 if layout == "2022" else CLOCK_AT_SESSION_START  # 2022 timestamps count from session start
+    conn = sqlite3.connect(path)
+    with conn:
+        _write_meta(conn, layout)
+        if trace.cuda_tables:
+            _write_cuda(conn, trace, layout, offset)
+        if trace.nvtx:
+            _write_nvtx(conn, trace, layout, offset)
+        conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in trace.strings.items()])
+        conn.execute("CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT)")
+        conn.executemany(
+            "INSERT INTO PROCESSES VALUES (?, ?, ?)", [(gpid(p), p, n) for p, n in trace.processes.items()]
+        )
+    conn.close()
+    return path
+
+
+def _write_meta(conn: sqlite3.Connection, layout: str) -> None:
+    meta = "EXPORT_META_DATA" if layout == "2022" else "META_DATA_EXPORT"
+    conn.execute(f"CREATE TABLE {meta} (name TEXT, value TEXT)")
+    conn.execute(f"INSERT INTO {meta} VALUES ('EXPORT_PRODUCT_VERSION', ?)", (f"{layout}.1.0",))
+    if layout == "2022":
+        conn.execute(
+            "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT)"
+        )
+        conn.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, '', '')", (SESSION_UTC_NS,))
+        conn.execute("CREATE TABLE ANALYSIS_DETAILS (globalVid INTEGER, duration INTEGER, startTime INTEGER)")
+        conn.execute("INSERT INTO ANALYSIS_DETAILS VALUES (0, 0, 0)")
+        return
+    conn.execute("CREATE TABLE ENUM_CUPTI_SYNC_TYPE (id INTEGER, name TEXT, label TEXT)")
+    conn.execute(
+        "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT, "
+        "systemClockNs INTEGER)"
+    )
+    conn.execute(
+        "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, '', '', ?)",
+        (SESSION_UTC_NS, CLOCK_AT_SESSION_START),
+    )
+
+
+def _write_cuda(conn: sqlite3.Connection, trace: Trace, layout: str, offset: int) -> None:
+    for table, cols in _TABLES.items():
+        extra = ", greenContextId INTEGER" if layout == "2026" and "RUNTIME" not in table else ""
+        conn.execute(f"CREATE TABLE {table} ({cols}{extra})")
+    table_of = {
+        "kernel": "KERNEL",
+        "memcpy": "MEMCPY",
+        "memset": "MEMSET",
+        "graph": "GRAPH_TRACE",
+    }
+    for g in trace.gpu:
+        head = (g.start + offset, g.end + offset, g.device, 1, g.stream, g.correlation, gpid(g.pid))
+        tail = {
+            "kernel": (trace.sid(g.name), trace.sid(g.name.split("<")[0]), 1),
+            "memcpy": (1024, 1),
+            "memset": (0, 1024),
+            "graph": (7, 70),
+        }[g.kind]
+        cols = len(head) + len(tail)
+        conn.execute(
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_{table_of[g.kind]} VALUES ({', '.join('?' * cols)}"
+            + (", NULL)" if layout == "2026" else ")"),
+            head + tail,
+        )
+        if g.launch_tid is not None:
+            row = (g.start + offset - 50, g.start + offset - 40, 0, gtid(g.pid, g.launch_tid), g.correlation)
+            conn.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, 0)",
+                (*row, trace.sid("cudaLaunchKernel_v7000")),
+            )
+    for pid, start, end, corr, sync_type in trace.syncs:
+        conn.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (?, ?, 0, 1, 7, ?, ?, ?, 0"
+            + (", NULL)" if layout == "2026" else ")"),
+            (start + offset, end + offset, corr, gpid(pid), sync_type),
+        )
+
+
+def _write_nvtx(conn: sqlite3.Connection, trace: Trace, layout: str, offset: int) -> None:
+    conn.execute(f"CREATE TABLE NVTX_EVENTS ({_NVTX[layout]})")
+    for n in trace.nvtx:
+        end = None if n.end is None else n.end + offset
+        head = (n.start + offset, end, n.event_type, n.range_id)
+        text_id = trace.sid(n.text) if isinstance(n.text, str) else None
+        if layout == "2022":
+            conn.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, NULL)",
+                (*head, n.text, gtid(n.pid, n.tid)),
+            )
+        elif layout == "2023":
+            conn.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, NULL, ?, 0)",
+                (*head, gtid(n.pid, n.tid), text_id),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, 0, 0, CAST(? AS TEXT), ?, NULL, NULL, 0, NULL)",
+                (*head, n.text, gtid(n.pid, n.tid)),
+            )
+
+
+def to_parquetdir(sqlite_path: Path, folder: Path) -> Path:
+    """The ``nsys export --type parquetdir`` layout of an export: one ``TABLE.parquet`` per table."""
+    folder.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(sqlite_path)
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        info = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+        schema = {
+            c[1]: (pl.String if c[2] == "TEXT" else pl.Float64 if c[2] == "REAL" else pl.Int64) for c in info
+        }
+        rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
+        pl.DataFrame(rows, schema=schema, orient="row").write_parquet(folder / f"{table}.parquet")
+    conn.close()
+    return folder
