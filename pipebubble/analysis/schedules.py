@@ -8,8 +8,10 @@ chunk ``c`` of stage ``s`` is virtual stage ``c * p + s``.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from pipebubble.errors import StageSpecError
 
@@ -39,7 +41,7 @@ class Schedule:
     chunks: int
     orders: tuple[tuple[Action, ...], ...]
 
-    @property
+    @cached_property
     def split_backward(self) -> bool:
         return any(a.phase == "W" for order in self.orders for a in order)
 
@@ -144,6 +146,30 @@ def _interleave(
     return tuple(order + pending)
 
 
+def _expected(schedule: Schedule) -> Counter[Action]:
+    phases = ("F", "B", "W") if schedule.split_backward else ("F", "B")
+    m, v = schedule.microbatches, schedule.chunks
+    return Counter(Action(ph, j, c) for ph in phases for j in range(m) for c in range(v))
+
+
+def validate(schedule: Schedule) -> None:
+    """Every stage runs each (phase, micro-batch, chunk) exactly once."""
+    if len(schedule.orders) != schedule.stages:
+        raise StageSpecError(
+            f"schedule {schedule.name!r}: {len(schedule.orders)} orders for {schedule.stages} stages"
+        )
+    expected = _expected(schedule)
+    for s, order in enumerate(schedule.orders):
+        got = Counter(order)
+        if got != expected:
+            extra, missing = sorted((got - expected).elements()), sorted((expected - got).elements())
+            raise StageSpecError(
+                f"schedule {schedule.name!r}, stage {s}: each pass must run exactly once; "
+                f"repeated or unknown: {', '.join(map(str, extra)) or 'none'}; "
+                f"missing: {', '.join(map(str, missing)) or 'none'}"
+            )
+
+
 def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Schedule:
     """The named schedule; ``chunks`` applies to interleaved_1f1b only."""
     if name == "interleaved_1f1b":
@@ -168,7 +194,8 @@ def closed_form_bubble_time(
 ) -> Fraction:
     """Idle time per stage. GPipe / 1F1B: (p-1)(T_F+T_B+T_W) (Huang et al. 2019; Narayanan et al. 2021);
     interleaved with v chunks: that divided by v (Narayanan et al. 2021, section 2.2); ZB-H1:
-    (p-1)(T_F+T_B-T_W) (Qi et al. 2023, section 2.1, for m >= p)."""
+    (p-1)(T_F+T_B-T_W) (Qi et al. 2023, section 2.1). The simulator meets all three exactly for equal
+    stages when m >= p; with fewer micro-batches the pipeline never fills and the bubble is larger."""
     t_f, t_b, t_w = (Fraction(x) for x in passes)
     if name == "zero_bubble":
         return max(Fraction(0), (stages - 1) * (t_f + t_b - t_w))

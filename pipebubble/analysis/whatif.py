@@ -1,16 +1,16 @@
-"""What-if for pipeline schedules: replay per-stage, per-micro-batch F/B/W times under a schedule with a
-dependency-respecting event simulator, the closed forms from the literature, and recommendations.
+"""What-if for pipeline schedules: replay measured per-stage, per-micro-batch F/B/W times under a schedule
+with a dependency-respecting event simulator, and recommend changes (schedule, micro-batch count, balance).
 
-Pure functions, int64 nanoseconds. Schedules (action orders) live in ``schedules.py``.
+Pure functions, int64 nanoseconds. Schedules (action orders) and their closed forms live in ``schedules.py``.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 
-from pipebubble.analysis.schedules import Action, Schedule, make_schedule
+from pipebubble.analysis.schedules import Action, Schedule, make_schedule, validate
 from pipebubble.errors import StageSpecError
 
 Grid = tuple[tuple[int, ...], ...]
@@ -31,7 +31,7 @@ class StageTimes:
     def uniform(
         cls, per_stage_forward: tuple[int, ...], microbatches: int, backward_ratio: Fraction = Fraction(2)
     ) -> StageTimes:
-        """Micro-batches of stage s take ``per_stage_forward[s]`` forward and ``ratio`` times that backward."""
+        """Stage s takes ``per_stage_forward[s]`` per forward and ``ratio`` times that per backward."""
         forward = tuple((f,) * microbatches for f in per_stage_forward)
         backward = tuple((int(f * backward_ratio),) * microbatches for f in per_stage_forward)
         return cls(forward, backward)
@@ -105,30 +105,6 @@ def _backward(schedule: Schedule, times: StageTimes, stage: int, j: int, phase: 
     if w is None:
         return b - b // 2 if phase == "B" else b // 2
     return b if phase == "B" else w
-
-
-def _expected(schedule: Schedule) -> Counter[Action]:
-    phases = ("F", "B", "W") if schedule.split_backward else ("F", "B")
-    m, v = schedule.microbatches, schedule.chunks
-    return Counter(Action(ph, j, c) for ph in phases for j in range(m) for c in range(v))
-
-
-def validate(schedule: Schedule) -> None:
-    """Every stage runs each (phase, micro-batch, chunk) exactly once."""
-    if len(schedule.orders) != schedule.stages:
-        raise StageSpecError(
-            f"schedule {schedule.name!r}: {len(schedule.orders)} orders for {schedule.stages} stages"
-        )
-    expected = _expected(schedule)
-    for s, order in enumerate(schedule.orders):
-        got = Counter(order)
-        if got != expected:
-            extra, missing = sorted((got - expected).elements()), sorted((expected - got).elements())
-            raise StageSpecError(
-                f"schedule {schedule.name!r}, stage {s}: each pass must run exactly once; "
-                f"repeated or unknown: {', '.join(map(str, extra)) or 'none'}; "
-                f"missing: {', '.join(map(str, missing)) or 'none'}"
-            )
 
 
 Key = tuple[str, int, int]  # (phase, microbatch, virtual stage)
@@ -218,7 +194,9 @@ def ideal_step_time_ns(times: StageTimes) -> int:
 
 # --- what-if recommendations ------------------------------------------------------------------------------
 
-CANDIDATE_SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 4), ("zero_bubble", 1))
+CANDIDATE_SCHEDULES = (
+    ("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 4), ("zero_bubble", 1)
+)
 SAME_BATCH_NOTE = (
     "same global batch: each micro-batch does m_now/m_new of today's work (per-stage mean, linear scaling); "
     "fixed per-micro-batch costs (launch, p2p latency) are not scaled"
@@ -260,12 +238,12 @@ def what_if(
         if (name, v) != (schedule, chunks):
             note = CHUNK_NOTE if v > 1 else ZB_NOTE if name == "zero_bubble" and not times.weight else ""
             recs += _try(_name(name, v), name, v, times, base, note)
-    for m_new in microbatch_options or (2 * m, 4 * m, 64):
+    for m_new in dict.fromkeys(microbatch_options or (2 * m, 4 * m, 64)):
         if m_new != m and m_new >= 1:
-            recs += _try(f"m={m_new}", schedule, chunks, rescale_microbatches(times, m_new), base, SAME_BATCH_NOTE)
+            scaled = rescale_microbatches(times, m_new)
+            recs += _try(f"m={m_new}", schedule, chunks, scaled, base, SAME_BATCH_NOTE)
     recs += _try("rebalanced stages", schedule, chunks, rebalance(times), base, REBALANCE_NOTE)
-    unique = {(r.schedule, r.chunks, r.microbatches, r.label): r for r in recs}
-    return tuple(sorted(unique.values(), key=lambda r: (r.step_time_ns, not r.label.startswith("current"))))
+    return tuple(sorted(recs, key=lambda r: (r.step_time_ns, not r.label.startswith("current"))))
 
 
 def _name(schedule: str, chunks: int) -> str:
@@ -310,6 +288,7 @@ def rebalance(times: StageTimes) -> StageTimes:
     def grid(g: Grid | None) -> Grid | None:
         if g is None:
             return None
-        return tuple(tuple(round(x * target / t) if t else x for x in row) for row, t in zip(g, totals, strict=True))
+        rows = zip(g, totals, strict=True)
+        return tuple(tuple(round(x * target / t) if t else x for x in row) for row, t in rows)
 
     return StageTimes(grid(times.forward), grid(times.backward), grid(times.weight), times.p2p_ns)

@@ -35,10 +35,18 @@ def _root(
     """Find the bubbles in pipeline-parallel training and LLM serving traces."""
 
 
-def _register() -> None:
-    from pipebubble.cli import analyze
+_registered = False
 
-    for module in (analyze,):
+
+def _register() -> None:
+    """Add the subcommands once (tests call this as well as ``main``)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from pipebubble.cli import analyze, theory
+
+    for module in (analyze, theory):
         module.register(app)
 
 
