@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipebubble.analysis.lanes import lane_table
+from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import Ingested
 from pipebubble.report import IngestSummary, Lane, Report
 
@@ -15,9 +16,14 @@ def summarize_ingest(ingested: Ingested) -> IngestSummary:
         skipped=dict(sorted(ingested.skipped.items())),
         warnings=ingested.warnings,
         formats={f.source: f.format for f in ingested.files},
+        unread_bytes=sum(f.meta.get("unread_bytes", 0) for f in ingested.files),
     )
 
 
 def analyze(ingested: Ingested) -> Report:
+    if ingested.spans.is_empty():
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted(ingested.skipped.items())) or "none"
+        files = ", ".join(f.source for f in ingested.files)
+        raise TraceFormatError(files, f"nothing to analyse: no event became a span (not spans: {skipped})")
     lanes = [Lane(**row) for row in lane_table(ingested.spans).iter_rows(named=True)]
     return Report(ingest=summarize_ingest(ingested), lanes=lanes)

@@ -15,6 +15,9 @@ class TraceFormatError(PipebubbleError):
         self.path = path
         self.reason = reason
 
+    def __reduce__(self):  # raised in worker processes, so it must survive pickling
+        return (type(self), (self.path, self.reason))
+
 
 class StageSpecError(PipebubbleError):
     """A stage mapping or label rule that does not fit the trace."""

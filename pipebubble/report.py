@@ -20,6 +20,7 @@ class IngestSummary:
     skipped: dict[str, int]
     warnings: list[str]
     formats: dict[str, str] = field(default_factory=dict)
+    unread_bytes: int = 0
 
 
 @dataclass(frozen=True)

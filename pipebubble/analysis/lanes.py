@@ -33,6 +33,7 @@ def lane_table(spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def _stats(frame: pl.DataFrame, kind: str, order: int) -> pl.DataFrame:
-    keyed = frame.select(*_KEYS, "start", "end")
-    stats = union_stats(keyed, _KEYS)
-    return stats.with_columns(kind=pl.lit(kind), order=pl.lit(order))
+    """Union per lane id; the lane's other attributes are the same on all its spans."""
+    stats = union_stats(frame.select("lane", "start", "end"), ["lane"])
+    attrs = frame.group_by("lane").agg(pl.col(k).first() for k in _KEYS[1:])
+    return stats.join(attrs, on="lane").with_columns(kind=pl.lit(kind), order=pl.lit(order))

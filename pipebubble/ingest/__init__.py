@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -19,6 +19,8 @@ from pipebubble.ingest.base import FileResult
 
 JSON_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
+#: What `pipebubble capture` writes beside its traces (command, versions, devices): not a trace.
+CAPTURE_METADATA = "capture.json"
 
 
 @dataclass
@@ -82,35 +84,58 @@ def load(
     return Ingested(table, done)
 
 
-def read_one(path: Path, position: int = 0) -> FileResult:
-    """Read one trace file (or Nsight parquet folder), whatever its format."""
-    if _is_parquetdir(path) or path.name.endswith(NSYS_SUFFIXES) or _has_sqlite_magic(path):
-        from pipebubble.ingest import nsys
+def read_one(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
+    """Read one trace file (or Nsight parquet folder), whatever its format; ``pool`` decodes the blocks of
+    one big JSON file in parallel."""
+    try:
+        if _is_parquetdir(path) or path.name.endswith(NSYS_SUFFIXES) or _has_sqlite_magic(path):
+            from pipebubble.ingest import nsys
 
-        return nsys.read(path, cache.directory())
-    from pipebubble.ingest import chrome
+            return nsys.read(path, cache.directory())
+        from pipebubble.ingest import chrome
 
-    return chrome.read(path, position)
+        return chrome.read(path, position, pool)
+    except OSError as exc:
+        raise TraceFormatError(path, exc.strerror or str(exc)) from None
 
 
 def _read_all(jobs: list[tuple[Path, int]], workers: int | None):
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    cores = workers or os.cpu_count() or 1
+    if len(jobs) == 1 and cores > 1 and _worth_splitting(jobs[0][0]):
+        with _pool(cores) as pool:
+            yield jobs[0][1], read_one(jobs[0][0], jobs[0][1], pool)
+        return
+    workers = min(cores, len(jobs))
     if workers <= 1:
         for path, i in jobs:
             yield i, read_one(path, i)
         return
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    with _pool(workers) as pool:
         futures = [(i, pool.submit(read_one, path, i)) for path, i in jobs]
         for i, future in futures:
             yield i, future.result()
 
 
+def _pool(workers: int) -> ProcessPoolExecutor:
+    from pipebubble import _worker
+
+    return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker.init)
+
+
+def _worth_splitting(path: Path) -> bool:
+    """A JSON file of several decode blocks (gzip shrinks Kineto JSON about tenfold)."""
+    from pipebubble.ingest.jsontrace import BLOCK_BYTES
+
+    size = path.stat().st_size * (10 if path.name.endswith(".gz") else 1)
+    return path.is_file() and not path.name.endswith(NSYS_SUFFIXES) and size > 2 * BLOCK_BYTES
+
+
 def _is_trace_name(path: Path) -> bool:
-    return path.is_file() and path.name.endswith(JSON_SUFFIXES + NSYS_SUFFIXES)
+    return path.is_file() and path.name.endswith(JSON_SUFFIXES + NSYS_SUFFIXES) and path.name != CAPTURE_METADATA
 
 
 def _is_parquetdir(path: Path) -> bool:
-    return path.is_dir() and any(path.glob("*KERNEL*.parquet")) or (path / "StringIds.parquet").exists()
+    return path.is_dir() and (any(path.glob("*KERNEL*.parquet")) or (path / "StringIds.parquet").exists())
 
 
 def _has_sqlite_magic(path: Path) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from concurrent.futures import Executor
 from pathlib import Path
 
 import polars as pl
@@ -46,10 +47,10 @@ _NOT_SPANS = {"s": "flow", "t": "flow", "f": "flow", "C": "counter", "M": "metad
               "P": "sample"}
 
 
-def read(path: Path, position: int = 0) -> FileResult:
-    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``)."""
-    data = jsontrace.read_bytes(path)
-    decoded = jsontrace.decode(path, data)
+def read(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
+    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``); ``pool`` decodes blocks in parallel."""
+    data, gzip_warning = jsontrace.read_bytes(path)
+    decoded = jsontrace.decode(path, data, pool)
     del data
     header, events = decoded.header, decoded.events
     rank = header.get("rank")
@@ -59,28 +60,26 @@ def read(path: Path, position: int = 0) -> FileResult:
     base = header.get("base_time_ns") or 0
     events = events.with_columns(ts_ns=pl.col("ts_ns") + base)
     skipped: Counter[str] = Counter()
-    complete, not_kept = _complete_spans(events)
+    complete, not_kept = _complete_spans(events, decoded.phases)
     skipped.update(not_kept)
     paired, unmatched = _paired_spans(events)
     skipped.update(unmatched)
     table = _to_spans(pl.concat([complete, paired], how="vertical_relaxed"), str(path), rank)
-    warnings = []
+    warnings = [gzip_warning] if gzip_warning else []
     if decoded.unread_bytes:
         warnings.append(
             f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
         )
-        skipped["unreadable_bytes"] = decoded.unread_bytes
-    meta = {**header, "rank": rank, "process_names": _names(events, "process_name"),
+    meta = {**header, "rank": rank, "unread_bytes": decoded.unread_bytes, "process_names": _names(events, "process_name"),
             "thread_names": _names(events, "thread_name")}
-    return FileResult(str(path), table, events.height, skipped, warnings, meta,
+    return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta,
                       "kineto" if header.get("kineto") else "chrome")
 
 
-def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
+def _complete_spans(events: pl.DataFrame, phases: Counter[str]) -> tuple[pl.DataFrame, Counter[str]]:
     """``X`` events as spans; every other phase counted by what it is."""
-    counts = dict(events.group_by("ph").len().iter_rows())
     skipped: Counter[str] = Counter()
-    for ph, n in counts.items():
+    for ph, n in phases.items():
         if ph not in ("X", "B", "E", "b", "e"):
             skipped[_NOT_SPANS.get(ph, f"phase {ph!r}")] += n
     x = events.filter(pl.col("ph") == "X")

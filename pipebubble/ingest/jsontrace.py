@@ -9,8 +9,11 @@ last whole event.
 from __future__ import annotations
 
 import gzip
+import mmap
 import re
 import zlib
+from collections import Counter
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,35 +22,11 @@ import msgspec
 import polars as pl
 
 from pipebubble.errors import TraceFormatError
+from pipebubble.ingest.jsonevents import COLUMNS, decode_block
 
 BLOCK_BYTES = 32 << 20
-# Floats below 2**43 µs still resolve 1 ns; above (absolute epoch µs with a fraction) the text is re-read.
-_EXACT_FLOAT_US = 2.0**43
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-
-class _Args(msgspec.Struct, gc=False):
-    external_id: Any = msgspec.field(default=None, name="External id")
-    correlation: Any = None
-    name: Any = None  # process/thread names in metadata events
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    id: Any = None
-    args: _Args | None = None
-
-
-class _EventTs(msgspec.Struct, gc=False):
-    ph: Any = None
-    ts: msgspec.Raw = msgspec.Raw(b"")
 
 
 class _DistInfo(msgspec.Struct):
@@ -65,9 +44,9 @@ class _Header(msgspec.Struct):
     deviceProperties: Any = None
 
 
-_EVENTS = msgspec.json.Decoder(list[_Event])
-_EVENTS_TS = msgspec.json.Decoder(list[_EventTs])
 _HEADER = msgspec.json.Decoder(_Header)
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+_PROBE = msgspec.json.Decoder(list[msgspec.Raw])  # syntax only: is this prefix whole events?
 
 
 @dataclass
@@ -75,58 +54,131 @@ class Decoded:
     """Raw event columns of one file plus its header and what could not be read."""
 
     events: pl.DataFrame
+    phases: Counter[str] = field(default_factory=Counter)
     header: dict[str, Any] = field(default_factory=dict)
     unread_bytes: int = 0
     total_bytes: int = 0
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when needed; a gzip stream cut short yields what it holds."""
+def read_bytes(path: Path) -> tuple[bytes | mmap.mmap, str | None]:
+    """The file's bytes, gunzipped when needed, and a warning when a gzip stream was cut short (what it holds
+    is returned). A plain file
+    is memory-mapped: pages are read as blocks decode and never copied into the process's own memory."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+        if magic != b"\x1f\x8b" and len(magic) == 2:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), None
+        if not magic:
+            return b"", None
     raw = path.read_bytes()
-    if raw[:2] != b"\x1f\x8b":
-        return raw
     try:
-        return gzip.decompress(raw)
+        return gzip.decompress(raw), None
     except (EOFError, zlib.error, OSError):
-        return zlib.decompressobj(wbits=31).decompress(raw)
+        pass
+    try:  # a stream cut short: what it holds, up to the cut
+        data = zlib.decompressobj(wbits=31).decompress(raw)
+    except zlib.error as exc:
+        raise TraceFormatError(path, f"corrupt gzip data ({exc})") from None
+    if not data:
+        raise TraceFormatError(path, "corrupt gzip data (nothing could be decompressed)")
+    return data, f"{path}: gzip stream cut off after {len(data)} bytes of JSON"
 
 
-def decode(path: Path, data: bytes) -> Decoded:
-    """Split ``data`` into header and event blocks, decode each block into columns."""
-    start = len(data) - len(data.lstrip())
-    if not data[start:start + 1]:
+def decode(path: Path, data: bytes, pool: Executor | None = None) -> Decoded:
+    """Split ``data`` into header and event blocks and decode the blocks (on ``pool`` when given: its
+    workers read their blocks from the file itself, so only offsets cross process boundaries)."""
+    found = _NON_SPACE.search(data)
+    start = found.start() if found else len(data)
+    first = data[start:start + 1]
+    if not first:
         raise TraceFormatError(path, "empty file")
-    if data[start:start + 1] == b"[":
-        header, region, whole = {}, memoryview(data)[start + 1:], False
-    elif data[start:start + 1] == b"{":
-        header, region, whole = _split_object(path, data)
-    else:
+    if first not in (b"[", b"{"):
         raise TraceFormatError(path, "not a JSON trace (expected '{' or '[' at the start)")
-    frames, unread = _decode_region(path, region, whole)
-    events = pl.concat(frames, how="vertical_relaxed") if frames else _frame([], None)
-    return Decoded(events, header, unread, len(data))
+    if first == b"[":
+        end = _content_end(data)
+        whole = data[end - 1:end] == b"]"
+        return _decoded(path, data, {}, start + 1, end - 1 if whole else len(data), whole, pool)
+    quick = _split_quick(data)
+    if quick is not None:
+        try:
+            return _decoded(path, data, *quick, None, pool)
+        except _Unverified:
+            pass  # the quick split guessed the array's end wrong: validate the whole document instead
+    header, region, whole = _split_object(path, data)
+    return _decoded(path, region, header, 0, len(region), whole, None)
+
+
+def _content_end(data) -> int:
+    """Length of ``data`` without trailing whitespace (looking only at its tail)."""
+    end = len(data)
+    while end > 0:
+        tail = data[max(0, end - 4096):end].rstrip()
+        if tail:
+            return max(0, end - 4096) + len(tail)
+        end -= 4096
+    return 0
+
+
+class _Unverified(Exception):
+    """A quickly located ``traceEvents`` array did not decode to its end."""
+
+
+def _decoded(path: Path, data, header: dict, start: int, end: int, whole: bool | None, pool) -> Decoded:
+    """Decode ``data[start:end]``, the inside of the events array."""
+    on_disk = start if pool is not None and _is_plain(path) else None
+    blocks, unread = _decode_region(path, memoryview(data)[start:end], whole, pool, on_disk)
+    phases: Counter[str] = Counter()
+    for _, counted in blocks:
+        phases.update(counted)
+    events = pl.concat([f for f, _ in blocks], how="vertical") if blocks else pl.DataFrame(schema=COLUMNS)
+    return Decoded(events, phases, header, unread, len(data))
+
+
+def _is_plain(path: Path) -> bool:
+    """The file is not gzipped, so its bytes are the ones decoded and a worker can seek to a block."""
+    with open(path, "rb") as fh:
+        return fh.read(2) != b"\x1f\x8b"
+
+
+def _split_quick(data: bytes) -> tuple[dict[str, Any], int, int] | None:
+    """Find ``traceEvents: [...]`` without parsing the whole document: the key near the start, the closing
+    bracket near the end, checked by decoding the header and trailer around an empty array. The array's
+    contents are verified as its blocks decode (``whole`` None marks it unverified)."""
+    match = _ARRAY_KEY.search(data, 0, min(len(data), 64 << 20))
+    if match is None:
+        return None
+    end, floor = len(data), max(match.end(), len(data) - (1 << 20))
+    for _ in range(4):
+        close = data.rfind(b"]", floor, end)
+        if close < 0:
+            return None
+        try:
+            head = _HEADER.decode(b"".join((data[: match.start()], b'"traceEvents": []', data[close + 1:])))
+            return _header_dict(head), match.end(), close
+        except _DECODE_ERRORS:
+            end = close
+    return None
 
 
 def _split_object(path: Path, data: bytes) -> tuple[dict[str, Any], memoryview, bool]:
     """Header fields and the bytes inside ``traceEvents: [...]``; ``whole`` is False for a cut-off file."""
     try:
         head = _HEADER.decode(data)
-    except msgspec.DecodeError:
+    except _DECODE_ERRORS:
         head = None
     if head is not None:
         raw = memoryview(head.traceEvents)
         if not raw.nbytes:
             raise TraceFormatError(path, "JSON object without a 'traceEvents' array")
-        body = bytes(raw).strip()
-        if body[:1] != b"[":
+        if raw[:1] != b"[" or raw[-1:] != b"]":
             raise TraceFormatError(path, "'traceEvents' is not an array")
-        return _header_dict(head), memoryview(body)[1:-1], True
+        return _header_dict(head), raw[1:-1], True
     match = _ARRAY_KEY.search(data)
     if match is None:
         raise TraceFormatError(path, "not valid JSON and no 'traceEvents' array found")
     try:
         head = _HEADER.decode(data[: match.start()] + b'"traceEvents": []}')
-    except msgspec.DecodeError:
+    except _DECODE_ERRORS:
         head = _Header()
     return _header_dict(head), memoryview(data)[match.end():], False
 
@@ -143,47 +195,82 @@ def _header_dict(head: _Header) -> dict[str, Any]:
     }
 
 
-def _decode_region(path: Path, region: memoryview, whole: bool) -> tuple[list[pl.DataFrame], int]:
-    """Decode the array body block by block. Returns the frames and the count of unreadable bytes.
+def _decode_region(
+    path: Path, region: memoryview, whole: bool | None, pool: Executor | None, on_disk: int | None
+) -> tuple[list, int]:
+    """Decode the array body block by block: the blocks and the count of unreadable bytes.
 
-    A block that fails to decode usually means its boundary sat inside a string or nested value: the
-    block is extended to the next boundary. In a cut-off file (``whole`` False) the last block is read up
+    A block that fails to decode usually means its boundary sat inside a string or nested value: it is
+    joined to the next block and tried again. In a cut-off file (``whole`` False) the last block is read up
     to its last whole event.
     """
-    frames: list[pl.DataFrame] = []
-    pos, end = 0, len(region)
-    while pos < end and region[pos:end].tobytes().strip():
-        cut, tries = _next_boundary(region, pos + BLOCK_BYTES, end), 0
-        while True:
-            try:
-                frames.append(_decode_block(region[pos:cut]))
-                break
-            except msgspec.ValidationError as exc:
-                raise TraceFormatError(path, f"trace events of the wrong shape: {exc}") from None
-            except msgspec.DecodeError as exc:
-                if cut < end and (whole or tries < _MAX_EXTENSIONS):
-                    cut, tries = _next_boundary(region, cut + 1, end), tries + 1
-                    continue
-                if whole:
-                    raise TraceFormatError(path, f"malformed trace events: {exc}") from None
-                good = _last_whole_prefix(region, pos, cut, _error_offset(exc, cut - pos))
-                if good is None:
-                    raise TraceFormatError(path, f"malformed trace event near byte {pos}: {exc}") from None
-                if good > pos:
-                    frames.append(_decode_block(region[pos:good]))
-                return frames, len(region) - good
+    cuts = _cuts(region)
+    if pool is not None and on_disk is not None and len(cuts) > 1:
+        jobs = [pool.submit(_try_file_block, str(path), on_disk + a, b - a) for a, b in cuts]
+        results = [job.result() for job in jobs]
+    else:
+        results = [_try_block(b"".join((b"[", region[a:b], b"]"))) for a, b in cuts]
+    blocks: list[tuple[pl.DataFrame, Counter]] = []
+    i = 0
+    while i < len(cuts):
+        if not isinstance(results[i], Exception):
+            blocks.append(results[i])
+            i += 1
+            continue
+        start, j = cuts[i][0], i
+        while isinstance(results[i], Exception) and j + 1 < len(cuts) and j - i < _MAX_EXTENSIONS:
+            j += 1
+            results[i] = _try_block(b"".join((b"[", region[start:cuts[j][1]], b"]")))
+        if not isinstance(results[i], Exception):
+            blocks.append(results[i])
+            i = j + 1
+            continue
+        if whole is None:
+            raise _Unverified
+        if isinstance(results[i], msgspec.ValidationError):
+            raise TraceFormatError(path, f"trace events of the wrong shape: {results[i]}")
+        if whole or j + 1 < len(cuts):
+            raise TraceFormatError(path, f"malformed trace events after byte {start}: {results[i]}")
+        end = cuts[j][1]
+        good = _last_whole_prefix(region, start, end, _error_offset(results[i], end - start))
+        if good is None:
+            raise TraceFormatError(path, f"malformed trace event after byte {start}: {results[i]}")
+        if good > start:
+            blocks.append(decode_block(b"".join((b"[", region[start:good], b"]"))))
+        return blocks, len(region) - good
+    return blocks, 0
+
+
+def _try_file_block(path: str, offset: int, length: int) -> tuple[pl.DataFrame, Counter] | Exception:
+    """A worker reads its own block from the file: only offsets cross the process boundary."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return _try_block(b"".join((b"[", fh.read(length), b"]")))
+
+
+def _try_block(block: bytes) -> tuple[pl.DataFrame, Counter] | Exception:
+    try:
+        return decode_block(block)
+    except UnicodeDecodeError:  # invalid UTF-8 in a name: keep the event, replace the bad bytes
+        return _try_block(block.decode("utf-8", "replace").encode())
+    except msgspec.DecodeError as exc:  # ValidationError included
+        return exc
+
+
+def _cuts(region: memoryview) -> list[tuple[int, int]]:
+    """(start, end) of blocks of about BLOCK_BYTES, each ending at a possible event boundary."""
+    cuts, pos, end = [], 0, len(region)
+    while pos < end and _NON_SPACE.search(region, pos):
+        cut = _next_boundary(region, pos + BLOCK_BYTES, end)
+        cuts.append((pos, cut))
         pos = cut + 1
-    return frames, 0
+    return cuts
 
 
 _MAX_EXTENSIONS = 8
+_NON_SPACE = re.compile(rb"\S")
 _MAX_TAIL_TRIES = 64
 _BYTE = re.compile(r"\(byte (\d+)\)")
-
-
-def _decode_block(body: memoryview) -> pl.DataFrame:
-    block = b"".join((b"[", body, b"]"))
-    return _frame(_EVENTS.decode(block), block)
 
 
 def _error_offset(exc: msgspec.DecodeError, length: int) -> int:
@@ -212,82 +299,8 @@ def _last_whole_prefix(region: memoryview, pos: int, cut: int, failed_at: int) -
     candidates = sorted({*ends[-_MAX_TAIL_TRIES:], closing + 1} - {0}, reverse=True)
     for end in candidates[:_MAX_TAIL_TRIES]:
         try:
-            _EVENTS.decode(b"[" + text[:end] + b"]")
+            _PROBE.decode(b"[" + text[:end] + b"]")
             return pos + end
-        except msgspec.DecodeError:
+        except _DECODE_ERRORS:
             continue
     return pos if text.lstrip()[:1] in (b"{", b"") else None
-
-
-def _frame(events: list[_Event], block: bytes | None) -> pl.DataFrame:
-    """Columns of one block. ``ts``/``dur`` become exact int ns (see ``_ns``)."""
-    get = _getter(events)
-    ts = pl.Series("ts", get("ts"), dtype=pl.Float64, strict=False)
-    frame = pl.DataFrame(
-        [
-            pl.Series("ph", get("ph"), dtype=pl.String, strict=False),
-            pl.Series("cat", get("cat"), dtype=pl.String, strict=False),
-            pl.Series("name", get("name"), dtype=pl.String, strict=False),
-            _id_series("pid", get("pid")),
-            _id_series("tid", get("tid")),
-            pl.Series("dur", get("dur"), dtype=pl.Float64, strict=False),
-            pl.Series("id", [None if v is None else str(v) for v in get("id")], dtype=pl.String),
-        ]
-    )
-    args = [e.args for e in events]
-    frame = frame.with_columns(
-        ts_ns=_exact_ts(ts, events, block),
-        dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64),
-        external_id=pl.Series([a.external_id if a else None for a in args], dtype=pl.Int64, strict=False),
-        correlation=pl.Series([a.correlation if a else None for a in args], dtype=pl.Int64, strict=False),
-        arg_name=pl.Series([a.name if a else None for a in args], dtype=pl.String, strict=False),
-    )
-    return frame.drop("dur")
-
-
-def _getter(events: list[_Event]):
-    def get(attr: str) -> list[Any]:
-        return [getattr(e, attr) for e in events]
-
-    return get
-
-
-def _id_series(name: str, values: list[Any]) -> pl.Series:
-    """pid/tid: ints as they are; a string id (generic traces name processes) maps to a stable int."""
-    series = pl.Series(name, values, dtype=pl.Int64, strict=False)
-    if series.null_count() == sum(v is None for v in values):
-        return series
-    return pl.Series(name, [_stable_id(v) for v in values], dtype=pl.Int64)
-
-
-def _stable_id(value: Any) -> int | None:
-    if value is None or isinstance(value, int):
-        return value
-    text = str(value)
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return -(zlib.crc32(text.encode()) + 1)  # negative: never collides with a real OS pid
-
-
-def _exact_ts(ts: pl.Series, events: list[_Event], block: bytes | None) -> pl.Series:
-    """µs to int ns without float drift: whole µs and the fraction are converted separately; where the
-    float cannot hold 1 ns (absolute epoch µs with a fraction) the number's text is parsed instead."""
-    whole = ts.floor()
-    ns = whole.cast(pl.Int64) * 1000 + ((ts - whole) * 1000).round().cast(pl.Int64)
-    if block is None or not len(ts) or (ts.abs().max() or 0) < _EXACT_FLOAT_US or (ts == whole).all():
-        return ns.rename("ts_ns")
-    text = b"\n".join(e.ts for e in _EVENTS_TS.decode(block)).decode()
-    return _parse_us_text(pl.Series("t", text.split("\n"), dtype=pl.String)).rename("ts_ns")
-
-
-def _parse_us_text(text: pl.Series) -> pl.Series:
-    """Decimal µs text (``1712195495519695.812``) to int ns exactly; exponent forms fall back to float."""
-    frame = pl.DataFrame({"t": text}).with_columns(
-        parts=pl.col("t").str.split_exact(".", 1),
-        is_plain=pl.col("t").str.contains(r"^-?\d+(\.\d*)?$"),
-    ).unnest("parts")
-    frac = pl.col("field_1").fill_null("").str.slice(0, 3).str.pad_end(3, "0")
-    exact = pl.col("field_0").cast(pl.Int64) * 1000 + frac.cast(pl.Int64) * pl.when(
-        pl.col("field_0").str.starts_with("-")).then(-1).otherwise(1)
-    approx = (pl.col("t").cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
-    return frame.select(pl.when(pl.col("is_plain")).then(exact).otherwise(approx)).to_series()

@@ -1,0 +1,3 @@
+from pipebubble.cli import main
+
+main()

@@ -1,0 +1,83 @@
+"""`pipebubble analyze` end to end: the JSON contract, plain text when piped, the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipebubble.ingest import cache, load
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_traces" / "toy_train"
+REQUIRED = {"schema_version", "ingest", "lanes", "stages", "pipeline", "waits", "interference"}
+LANE_KEYS = {"lane", "kind", "rank", "pid", "tid", "device", "stream", "busy_ns", "idle_ns", "window_start_ns",
+             "window_end_ns"}
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipebubble", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_json_report_contract():
+    proc = run_cli("analyze", str(SAMPLE), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert REQUIRED <= report.keys() and report["schema_version"] == 1
+    assert {"files", "events_read", "spans", "skipped", "warnings"} <= report["ingest"].keys()
+    assert report["lanes"] and all(LANE_KEYS <= lane.keys() for lane in report["lanes"])
+    for lane in report["lanes"]:
+        assert lane["busy_ns"] + lane["idle_ns"] == lane["window_end_ns"] - lane["window_start_ns"]
+
+
+def test_text_is_plain_when_piped_and_fits_the_width():
+    proc = run_cli("analyze", str(SAMPLE), env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout and "Lanes" in proc.stdout and "rank0/" in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 120
+
+
+def test_help_shows_examples():
+    proc = run_cli("analyze", "--help")
+    assert proc.returncode == 0 and "pipebubble analyze sample_traces" in proc.stdout
+
+
+def test_cache_hit_is_identical_and_never_beside_the_input(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path / "cache"))
+    before = sorted(p.name for p in SAMPLE.iterdir())
+    first = load([SAMPLE])
+    assert list((tmp_path / "cache").glob("*.parquet"))
+    second = load([SAMPLE])
+    assert second.spans.equals(first.spans)
+    assert second.files[0].skipped == first.files[0].skipped
+    assert sorted(p.name for p in SAMPLE.iterdir()) == before
+
+
+def test_cache_key_changes_with_the_file(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('[{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 1}]')
+    assert load([path]).spans.height == 1 and cache.get(path) is not None
+    path.write_text('[{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 1},'
+                    ' {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 1}]')
+    os.utime(path, ns=(1, 10**18))
+    assert cache.get(path) is None and load([path]).spans.height == 2
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_parallel_block_decoding_matches_serial(tmp_path, monkeypatch, workers):
+    from pipebubble.ingest import jsontrace
+
+    events = [{"ph": "X", "cat": "kernel" if i % 2 else "cpu_op", "name": f"n{i}", "pid": i % 2, "tid": 7,
+               "ts": i * 3.25, "dur": 2} for i in range(2000)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    serial = load([path], use_cache=False, workers=1).spans
+    monkeypatch.setattr(jsontrace, "BLOCK_BYTES", 10_000)
+    monkeypatch.setattr("pipebubble.ingest._worth_splitting", lambda p: True)
+    split = load([path], use_cache=False, workers=workers).spans
+    assert split.equals(serial) and serial.height == 2000

@@ -1,0 +1,68 @@
+"""Interval logic against a naive Python sweep, on hand-made and generated intervals."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipebubble.analysis.intervals import gaps, merge, union_stats
+
+intervals = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 10_000), st.integers(0, 500)), max_size=60
+)
+
+
+def frame(rows):
+    return pl.DataFrame([(g, s, s + d) for g, s, d in rows], schema=["g", "start", "end"], orient="row")
+
+
+def naive_merge(items):
+    out = []
+    for s, e in sorted(items):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [tuple(x) for x in out]
+
+
+def test_hand_computed_union():
+    spans = frame([("a", 0, 10), ("a", 5, 10), ("a", 30, 5), ("a", 35, 0), ("b", 100, 1)])
+    stats = {r["g"]: r for r in union_stats(spans, ["g"]).iter_rows(named=True)}
+    assert stats["a"]["busy_ns"] == 15 + 5 and stats["a"]["window_start_ns"] == 0
+    assert stats["a"]["window_end_ns"] == 35 and stats["a"]["idle_ns"] == 15
+    assert stats["b"]["busy_ns"] == 1 and stats["b"]["idle_ns"] == 0
+    assert gaps(spans, ["g"]).rows() == [("a", 15, 30)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals)
+def test_merge_equals_naive(rows):
+    merged = merge(frame(rows), ["g"]) if rows else None
+    for group in {g for g, _, _ in rows}:
+        expected = naive_merge([(s, s + d) for g, s, d in rows if g == group])
+        got = [(s, e) for g, s, e in merged.rows() if g == group]
+        assert got == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals)
+def test_busy_plus_idle_is_window_and_gaps_fill_the_rest(rows):
+    if not rows:
+        return
+    spans = frame(rows)
+    stats = union_stats(spans, ["g"])
+    gap_total = dict(gaps(spans, ["g"]).group_by("g").agg((pl.col("end") - pl.col("start")).sum()).rows())
+    for r in stats.iter_rows(named=True):
+        window = r["window_end_ns"] - r["window_start_ns"]
+        assert r["busy_ns"] + r["idle_ns"] == window
+        assert 0 <= r["busy_ns"] <= window
+        assert gap_total.get(r["g"], 0) == r["idle_ns"]
+
+
+def test_empty_and_single():
+    empty = frame([])
+    assert merge(empty, ["g"]).is_empty() and union_stats(empty, ["g"]).is_empty() and gaps(empty, ["g"]).is_empty()
+    one = frame([("a", 5, 3)])
+    assert union_stats(one, ["g"]).select("busy_ns", "idle_ns").row(0) == (3, 0)
