@@ -47,13 +47,112 @@ class Lane:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One pipeline stage over the analysed step window W (ARCHITECTURE.md definitions).
+
+    ``busy_ns`` is compute only; ``comm_ns`` is communication not overlapped by compute (a comm kernel
+    spinning while it waits for a peer counts here and as idle); idle = |W| − busy = fill + drain + steady.
+    """
+
+    stage: int
+    name: str
+    lanes: list[str]
+    busy_ns: int
+    comm_ns: int
+    idle_ns: int
+    fill_ns: int
+    drain_ns: int
+    steady_idle_ns: int
+    utilization: float
+    forward_ns: int = 0
+    backward_ns: int = 0
+    weight_ns: int = 0
+    microbatches: int = 0
+    microbatch_cv: float | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of one stage's timeline: compute of one micro-batch pass, or communication."""
+
+    stage: int
+    start_ns: int
+    end_ns: int
+    phase: str  # forward | backward | weight | comm | other | prefill | decode | mixed
+    microbatch: int | None = None
+    chunk: int | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """An idle gap on a stage, with what it waited for and what ran around it."""
+
+    stage: int
+    start_ns: int
+    dur_ns: int
+    cause: str  # fill | drain | upstream | downstream | comm | host | sync | unknown
+    before: str | None
+    after: str | None
+    step: int | None = None
+    lane: str | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    label: str
+    schedule: str
+    microbatches: int
+    chunks: int
+    step_time_ns: int
+    bubble_fraction: float
+    speedup: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    window_start_ns: int
+    window_end_ns: int
+    bubble_fraction: float
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    stages: int
+    microbatches: int | None
+    schedule: str | None
+    chunks: int
+    window_ns: int
+    window_start_ns: int
+    bubble_fraction: float
+    theoretical_bubble_fraction: float | None
+    excess_bubble_fraction: float | None
+    excess_causes: dict[str, float]
+    stage_time_cv: float
+    imbalance: float
+    throughput_bound: float  # steps per second if every stage ran only its own compute, back to back
+    pipeline_efficiency: float | None
+    microbatches_inferred: bool = False
+    steps: list[StepResult] = field(default_factory=list)
+    step_time_ns: int = 0
+    idle_cost_per_hour: float | None = None
+    idle_cost_per_step: float | None = None
+    effective_price_per_useful_gpu_hour: float | None = None
+    recommendations: list[Recommendation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Report:
     ingest: IngestSummary
     lanes: list[Lane]
-    stages: list[dict[str, Any]] = field(default_factory=list)
-    pipeline: dict[str, Any] | None = None
-    waits: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[Stage] = field(default_factory=list)
+    pipeline: Pipeline | None = None
+    waits: list[Wait] = field(default_factory=list)
     interference: dict[str, Any] | None = None
+    timeline: list[Segment] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import sys
 
 import click
 import typer
+from typer._click import exceptions as click_errors  # typer vendors its own click
 
 from pipebubble.errors import PipebubbleError
 
@@ -44,9 +45,9 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from pipebubble.cli import analyze, theory
+    from pipebubble.cli import analyze, capture, theory
 
-    for module in (analyze, theory):
+    for module in (analyze, theory, capture):
         module.register(app)
 
 
@@ -58,11 +59,11 @@ def main() -> None:
     except PipebubbleError as exc:
         print(f"pipebubble: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Exit as exc:
+    except (typer.Exit, click.exceptions.Exit) as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except (click_errors.ClickException, click.ClickException) as exc:
         exc.show()
         sys.exit(2)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

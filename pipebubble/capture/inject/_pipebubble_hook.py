@@ -43,16 +43,21 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.callbacks = dict(callbacks)
 
     def find_spec(self, name, path=None, target=None):
-        callback = self.callbacks.pop(name, None)
-        if callback is None:
+        # Only wrap here: importlib.util.find_spec("torch") (a probe, no import) comes through too.
+        if name not in self.callbacks:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
             spec = find(name, path, target) if finder is not self and find else None
             if spec is not None and spec.loader is not None:
-                spec.loader = _ThenCall(spec.loader, callback)
+                spec.loader = _ThenCall(spec.loader, lambda module: self._fire(name, module))
                 return spec
         return None
+
+    def _fire(self, name, module):
+        callback = self.callbacks.pop(name, None)
+        if callback is not None:
+            callback(module)
 
 
 class _ThenCall:
@@ -91,8 +96,8 @@ def _on_torch(torch, config) -> None:
 
 def _on_pipelining(schedules) -> None:
     if os.environ.get(OWNER_ENV) == str(os.getpid()):
-        here = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location("_pipebubble_pplabels", os.path.join(here, "_pipebubble_pplabels.py"))
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_pipebubble_pplabels.py")
+        spec = importlib.util.spec_from_file_location("_pipebubble_pplabels", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         module.install(schedules)
@@ -112,9 +117,10 @@ class _Session:
         self.written, self.problem, self.hook = False, None, None
 
     def start(self) -> None:
-        profiler = self.torch.profiler
+        profiler = importlib.import_module("torch.profiler")
         activities = [profiler.ProfilerActivity.CPU]
-        if self.torch.cuda.is_available():
+        # device_count asks NVML, unlike is_available, so a program that forks CUDA workers still can.
+        if self.torch.cuda.device_count() > 0:
             activities.append(profiler.ProfilerActivity.CUDA)
         kwargs = {"activities": activities, "record_shapes": self.config["record_shapes"],
                   "on_trace_ready": self._write}
@@ -123,10 +129,11 @@ class _Session:
             kwargs["schedule"] = profiler.schedule(wait=c["wait"], warmup=c["warmup"], active=c["active"], repeat=1)
         self.prof = profiler.profile(**kwargs)
         self._watch_foreign_profilers()
+        if self.config["mode"] == "steps":
+            optimizer = importlib.import_module("torch.optim.optimizer")
+            self.hook = optimizer.register_optimizer_step_post_hook(self._on_step)
         self.prof.start()
         self._note_recording()
-        if self.config["mode"] == "steps":
-            self.hook = self.torch.optim.optimizer.register_optimizer_step_post_hook(self._on_step)
         self._install_exit_paths()
 
     def _note_recording(self) -> None:
@@ -151,7 +158,7 @@ class _Session:
             self.hook.remove()
 
     def _dist_live(self):
-        dist = self.torch.distributed
+        dist = importlib.import_module("torch.distributed")
         if dist.is_available() and dist.is_initialized():
             return {"backend": str(dist.get_backend()), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
         return None
@@ -179,7 +186,7 @@ class _Session:
     def _watch_foreign_profilers(self) -> None:
         # Both torch.profiler.profile and the legacy autograd profiler go through _prepare_trace;
         # two profilers cannot run at once, so when the program starts its own, ours steps aside.
-        legacy = self.torch.autograd.profiler.profile
+        legacy = importlib.import_module("torch.autograd.profiler").profile
         original, session = legacy._prepare_trace, self
 
         def _prepare_trace(prof_self, *args, **kwargs):
@@ -245,7 +252,7 @@ class _Session:
 
     def _write_status(self) -> None:
         cuda = self.torch.cuda
-        used = cuda.is_available() and cuda.is_initialized()
+        used = cuda.is_initialized()  # name the GPUs only if the program used them
         status = {
             "rank": self.rank, "pid": self.pid, "torch": self.torch.__version__,
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),

@@ -1,9 +1,10 @@
-"""Per-micro-batch labels for pipelining schedules that record none.
+"""Compute-only, per-micro-batch labels for pipelining schedules that lack them.
 
-In torch 2.13 GPipe records `Forward {mb}` / `Backward {mb}` and the runtime schedules (interleaved 1F1B,
-zero bubble) record `PP:{stage}{F|I|B|W}{mb}` from their action names, but the single-stage 1F1B schedule
-(and the plain multi-stage base) records nothing per micro-batch. While such a schedule runs, the stage's
-compute calls are wrapped to record the same `PP:` names the runtime schedules use.
+In torch 2.13 the runtime schedules (interleaved 1F1B, zero bubble) record `PP:{stage}{F|I|B|W}{mb}`
+around each compute action (their sends and receives are separate `PP:` actions). The single-stage 1F1B
+schedule (and the plain multi-stage base) records nothing per micro-batch, and GPipe's `Forward {mb}` /
+`Backward {mb}` ranges also hold the blocking receive, so waiting would look like work. While one of
+those schedules runs, the stage's compute calls are wrapped to record the runtime schedules' `PP:` names.
 """
 
 import functools
@@ -15,7 +16,7 @@ _inside = threading.local()
 
 def install(schedules) -> None:
     stage = sys.modules["torch.distributed.pipelining.stage"]
-    for cls in (schedules.Schedule1F1B, schedules.PipelineScheduleMulti):
+    for cls in (schedules.Schedule1F1B, schedules.ScheduleGPipe, schedules.PipelineScheduleMulti):
         if "_step_microbatches" in cls.__dict__:
             cls._step_microbatches = _marking(cls.__dict__["_step_microbatches"])
     base = stage._PipelineStageBase

@@ -1,0 +1,74 @@
+"""Bundled workloads: a real torch.distributed.pipelining training step and a small continuous-batching server.
+
+Each runs as `python -m pipebubble.capture.workloads.<name>`; this module only builds that command line,
+so choosing a workload never imports torch in the calling process.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, replace
+
+from pipebubble.capture.runner import CaptureOptions
+from pipebubble.errors import CaptureError
+
+WORKLOADS = ("pipeline", "serve")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    schedule: str = "1f1b"
+    stages: int = 4
+    microbatches: int = 8
+    imbalance: float = 1.0
+    hidden: int = 1024
+    layers: int = 8
+    device: str = "cpu"
+    chunked_prefill: int = 0  # token budget per step; 0 = off (whole prompts, prefill-only steps)
+    requests: int = 16
+    arrival_rate: float = 20.0  # requests per second
+
+
+def workload_command(name: str, settings: WorkloadSettings,
+                     options: CaptureOptions) -> tuple[list[str], dict, CaptureOptions]:
+    """The command that runs workload `name`, what to record about it, and the capture options it needs."""
+    if name == "pipeline":
+        return _pipeline(settings, options)
+    if name == "serve":
+        return _serve(settings, options)
+    raise CaptureError(f"unknown workload {name!r}: expected one of {', '.join(WORKLOADS)}")
+
+
+def _pipeline(s: WorkloadSettings, options: CaptureOptions):
+    if s.schedule not in SCHEDULES:
+        raise CaptureError(f"--schedule must be one of {', '.join(SCHEDULES)}, not {s.schedule!r}")
+    if s.stages < 1 or s.microbatches < 1 or s.imbalance < 1 or s.hidden < 1 or s.layers < 1:
+        raise CaptureError("--stages, --microbatches, --hidden and --layers must be >= 1, --imbalance >= 1")
+    _check_device(s.device)
+    steps = options.wait + options.warmup + options.active if options.mode == "steps" else 2
+    command = [sys.executable, "-m", "pipebubble.capture.workloads.pipeline", "--schedule", s.schedule,
+               "--stages", str(s.stages), "--microbatches", str(s.microbatches), "--imbalance", str(s.imbalance),
+               "--hidden", str(s.hidden), "--layers", str(s.layers), "--device", s.device, "--steps", str(steps)]
+    keys = ("schedule", "stages", "microbatches", "imbalance", "hidden", "layers", "device")
+    about = {"name": "pipeline", **{k: asdict(s)[k] for k in keys}, "steps": steps}
+    # The command is a launcher: only its rank processes are profiled.
+    return command, about, replace(options, only_ranks=True)
+
+
+def _serve(s: WorkloadSettings, options: CaptureOptions):
+    if s.requests < 1 or s.arrival_rate <= 0 or s.chunked_prefill < 0:
+        raise CaptureError("--requests must be >= 1, --arrival-rate > 0 and --chunked-prefill >= 0")
+    _check_device(s.device)
+    command = [sys.executable, "-m", "pipebubble.capture.workloads.serve", "--requests", str(s.requests),
+               "--arrival-rate", str(s.arrival_rate), "--chunked-prefill", str(s.chunked_prefill),
+               "--device", s.device]
+    about = {"name": "serve", "requests": s.requests, "arrival_rate": s.arrival_rate,
+             "chunked_prefill": s.chunked_prefill, "device": s.device}
+    # A server has no optimizer steps to count: profile the whole run.
+    return command, about, replace(options, mode="run")
+
+
+def _check_device(device: str) -> None:
+    if device not in ("cpu", "cuda"):
+        raise CaptureError(f"--device must be cpu or cuda, not {device!r}")

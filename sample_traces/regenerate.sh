@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Regenerate every sample trace with the commands listed in sample_traces/README.md.
+# Needs PyTorch (pip install 'pipebubble[capture]'); runs on CPU in about a minute.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pipebubble capture --out sample_traces/toy_train -- python sample_traces/toy_train.py
+
+pipeline="pipebubble capture --workload pipeline --stages 4 --microbatches 8 --active 1"
+$pipeline --schedule gpipe --out sample_traces/pipeline_gpipe
+$pipeline --schedule 1f1b --out sample_traces/pipeline_1f1b
+$pipeline --schedule 1f1b --imbalance 1.6 --out sample_traces/pipeline_1f1b_imbalanced
+
+serve="pipebubble capture --workload serve --requests 12 --arrival-rate 100"
+$serve --out sample_traces/serve
+$serve --chunked-prefill 256 --out sample_traces/serve_chunked_prefill
