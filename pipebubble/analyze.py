@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipebubble.analysis.lanes import lane_table
+from pipebubble.analysis.pipeline_report import PipelineOptions, pipeline_section
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import Ingested
 from pipebubble.report import IngestSummary, Lane, Report
@@ -20,10 +21,13 @@ def summarize_ingest(ingested: Ingested) -> IngestSummary:
     )
 
 
-def analyze(ingested: Ingested) -> Report:
+def analyze(ingested: Ingested, pipeline: PipelineOptions | None = None) -> Report:
+    """Lanes always; stages, pipeline, waits and timeline when the traces hold a pipeline."""
     if ingested.spans.is_empty():
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(ingested.skipped.items())) or "none"
         files = ", ".join(f.source for f in ingested.files)
         raise TraceFormatError(files, f"nothing to analyse: no event became a span (not spans: {skipped})")
     lanes = [Lane(**row) for row in lane_table(ingested.spans).iter_rows(named=True)]
-    return Report(ingest=summarize_ingest(ingested), lanes=lanes)
+    section = pipeline_section(ingested.spans, pipeline or PipelineOptions())
+    return Report(ingest=summarize_ingest(ingested), lanes=lanes, stages=section.stages,
+                  pipeline=section.pipeline, waits=section.waits, timeline=section.timeline)

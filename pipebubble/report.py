@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipebubble.analysis.whatif import Recommendation  # noqa: F401  (part of the report)
+
 SCHEMA_VERSION = 1
 
 
@@ -82,6 +84,7 @@ class Segment:
     microbatch: int | None = None
     chunk: int | None = None
     step: int | None = None
+    lane: str | None = None  # the lane it ran on, for a timeline row per lane
 
 
 @dataclass(frozen=True)
@@ -96,18 +99,6 @@ class Wait:
     after: str | None
     step: int | None = None
     lane: str | None = None
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    label: str
-    schedule: str
-    microbatches: int
-    chunks: int
-    step_time_ns: int
-    bubble_fraction: float
-    speedup: float
-    note: str = ""
 
 
 @dataclass(frozen=True)

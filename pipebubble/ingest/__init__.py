@@ -21,6 +21,8 @@ JSON_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
 #: What `pipebubble capture` writes beside its traces (command, versions, devices): not a trace.
 CAPTURE_METADATA = "capture.json"
+#: Below this many bytes in all, starting worker processes costs more than it saves.
+PARALLEL_BYTES = 16 << 20
 
 
 @dataclass
@@ -106,7 +108,7 @@ def _read_all(jobs: list[tuple[Path, int]], workers: int | None):
             yield jobs[0][1], read_one(jobs[0][0], jobs[0][1], pool)
         return
     workers = min(cores, len(jobs))
-    if workers <= 1:
+    if workers <= 1 or sum(_size(path) for path, _ in jobs) < PARALLEL_BYTES:
         for path, i in jobs:
             yield i, read_one(path, i)
         return
@@ -120,6 +122,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     from pipebubble import _worker
 
     return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker.init)
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
 
 
 def _worth_splitting(path: Path) -> bool:

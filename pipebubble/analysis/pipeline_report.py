@@ -1,0 +1,202 @@
+"""The pipeline part of the report: stages, the pipeline summary, waits and the timeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+import polars as pl
+
+from pipebubble import stages as st
+from pipebubble.analysis import pipeline as pm
+from pipebubble.analysis import schedules, whatif
+from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.waits import find_waits
+from pipebubble.analysis.work import stage_work
+from pipebubble.errors import StageSpecError
+from pipebubble.report import Pipeline, Segment, Stage, StepResult, Wait
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    stages: st.StageOptions = field(default_factory=st.StageOptions)
+    wait_threshold: float = 0.01  # a gap counts as a wait above this fraction of its step window
+    gpu_cost: float | None = None  # USD per GPU-hour
+
+
+@dataclass(frozen=True)
+class PipelineSection:
+    stages: list[Stage] = field(default_factory=list)
+    pipeline: Pipeline | None = None
+    waits: list[Wait] = field(default_factory=list)
+    timeline: list[Segment] = field(default_factory=list)
+
+
+def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOptions()) -> PipelineSection:
+    """Everything pipeline-shaped in ``spans``; empty when fewer than two stages are found."""
+    mapped = st.assign(spans, options.stages)
+    p = int(mapped.spans["stage"].drop_nulls().n_unique())
+    if p < 2:
+        return PipelineSection()
+    work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
+    work = pm.complete_steps(work)
+    if work.is_empty():
+        return PipelineSection()
+    wins = pm.windows(work)
+    work = pm.clip_to_windows(work, wins)
+    table = pm.stage_step_table(work)
+    schedule, chunks, m = pm.detect_schedule(work)
+    stage_rows = _stages(table, work, mapped.names, p)
+    pipeline = _pipeline(table, work, stage_rows, wins, (schedule, chunks, m), facts, options)
+    host = mapped.spans.filter(pl.col("stage").is_not_null() & pl.col("device").is_null()).select(
+        "stage", "kind", "start", "end")
+    waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
+    lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
+    waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
+    return PipelineSection(stage_rows, pipeline, waits, _timeline(work))
+
+
+def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -> list[Stage]:
+    sums = table.group_by("stage").agg(pl.col(c).sum() for c in (
+        "busy_ns", "comm_ns", "idle_ns", "fill_ns", "drain_ns", "steady_idle_ns", "window_ns", "forward_ns",
+        "backward_ns", "weight_ns")).sort("stage")
+    lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
+    per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
+    out = []
+    for row in sums.join(lanes, on="stage").iter_rows(named=True):
+        mb = per_mb.filter(pl.col("stage") == row["stage"])["ns"].to_list()
+        out.append(Stage(
+            stage=row["stage"], name=names[row["stage"]] if row["stage"] < len(names) else str(row["stage"]),
+            lanes=row["lane"], busy_ns=row["busy_ns"], comm_ns=row["comm_ns"], idle_ns=row["idle_ns"],
+            fill_ns=row["fill_ns"], drain_ns=row["drain_ns"], steady_idle_ns=row["steady_idle_ns"],
+            utilization=row["busy_ns"] / row["window_ns"] if row["window_ns"] else 0.0,
+            forward_ns=row["forward_ns"], backward_ns=row["backward_ns"], weight_ns=row["weight_ns"],
+            microbatches=len(mb), microbatch_cv=pm.cv(mb) if len(mb) > 1 else None))
+    return out
+
+
+def _pipeline(table, work, stage_rows, wins, detected, facts, options) -> Pipeline:
+    schedule, chunks, m = detected
+    p = len(stage_rows)
+    window = int(wins.select((pl.col("window_end") - pl.col("window_start")).sum()).item())
+    idle = sum(s.idle_ns for s in stage_rows)
+    bubble = idle / (p * window) if window else 0.0
+    busy = [s.busy_ns for s in stage_rows]
+    steps = len(wins)
+    times = _stage_times(work, p, m)
+    theory = _theory(schedule, p, m, chunks, stage_rows)
+    notes = _notes(facts, schedule, m, times, stage_rows)
+    excess, causes = _excess(bubble, theory, schedule, chunks, times, stage_rows, p * window)
+    return Pipeline(
+        stages=p, microbatches=m, schedule=schedule, chunks=chunks, window_ns=window,
+        window_start_ns=int(wins["window_start"].min()), bubble_fraction=bubble,
+        theoretical_bubble_fraction=theory, excess_bubble_fraction=excess, excess_causes=causes,
+        stage_time_cv=pm.cv(busy), imbalance=max(busy) / (sum(busy) / p) if sum(busy) else 0.0,
+        throughput_bound=1e9 * steps / max(busy) if max(busy) else 0.0,
+        pipeline_efficiency=(1 - bubble) / (1 - theory) if theory is not None and theory < 1 else None,
+        microbatches_inferred=facts["inferred"] and m is not None, steps=_step_results(table, wins, p),
+        step_time_ns=window // steps if steps else 0, **_cost(options.gpu_cost, p, bubble, idle, steps),
+        recommendations=_recommendations(times, schedule, chunks), notes=notes)
+
+
+def _step_results(table: pl.DataFrame, wins: pl.DataFrame, p: int) -> list[StepResult]:
+    idle = table.group_by("step").agg(pl.col("idle_ns").sum()).join(wins, on="step").sort("step")
+    return [StepResult(r["step"], r["window_start"], r["window_end"],
+                       r["idle_ns"] / (p * (r["window_end"] - r["window_start"])))
+            for r in idle.iter_rows(named=True)]
+
+
+def _theory(schedule, p, m, chunks, stage_rows) -> float | None:
+    """Closed form for the detected schedule (ZB-H1's depends on the measured F/B/W ratio)."""
+    if schedule is None or m is None:
+        return None
+    total = [sum(getattr(s, f"{k}_ns") for s in stage_rows) for k in ("forward", "backward", "weight")]
+    passes = tuple(Fraction(t) for t in total) if all(total[:2]) else (Fraction(1), Fraction(2), Fraction(0))
+    try:
+        return float(schedules.closed_form_bubble(schedule, p, m, chunks, passes))
+    except (StageSpecError, ZeroDivisionError):
+        return None
+
+
+def _stage_times(work: pl.DataFrame, p: int, m: int | None) -> whatif.StageTimes | None:
+    """Measured per-stage, per-micro-batch F/B/W ns (None when some pass is missing)."""
+    if not m:
+        return None
+    per = pm.microbatch_times(work)
+    grid = {(r["stage"], r["microbatch"], r["phase"]): r["ns"] for r in per.iter_rows(named=True)}
+    mbs = sorted(per["microbatch"].unique().to_list())
+    if len(mbs) != m:
+        return None
+    def rows(phase: str):
+        return tuple(tuple(grid.get((s, j, phase)) for j in mbs) for s in range(p))
+    forward, backward, weight = rows("forward"), rows("backward"), rows("weight")
+    if any(v is None for r in forward + backward for v in r):
+        return None
+    has_w = all(v is not None for r in weight for v in r)
+    return whatif.StageTimes(forward, backward, weight if has_w else None)
+
+
+def _excess(bubble, theory, schedule, chunks, times, stage_rows, capacity) -> tuple[float | None, dict[str, float]]:
+    """Measured bubble beyond theory, split into imbalance (the schedule replayed with the measured
+    per-stage times, no delays), exposed communication, host/launch waits and the rest."""
+    if theory is None:
+        return None, {}
+    excess = bubble - theory
+    imbalance = 0.0
+    if times is not None:
+        try:
+            sim = whatif.simulate(schedules.make_schedule(schedule, len(stage_rows), times.microbatches, chunks), times)
+            imbalance = max(0.0, min(excess, sim.bubble_fraction - theory))
+        except StageSpecError:
+            pass
+    left = max(0.0, excess - imbalance)
+    comm = min(left, sum(s.comm_ns for s in stage_rows) / capacity) if capacity else 0.0
+    return excess, {"imbalance": imbalance, "communication": comm, "host": 0.0, "other": max(0.0, left - comm)}
+
+
+def _recommendations(times, schedule, chunks) -> list[whatif.Recommendation]:
+    if times is None or schedule is None:
+        return []
+    try:
+        return list(whatif.what_if(times, schedule, chunks))
+    except StageSpecError:
+        return []
+
+
+def _cost(price: float | None, p: int, bubble: float, idle_ns: int, steps: int) -> dict:
+    """Idle dollars: the GPUs' hourly price times the idle fraction; a useful GPU-hour costs price / utilization
+    (8 GPUs at $3/h, 60 % utilised: $5 per useful GPU-hour)."""
+    if price is None:
+        return {}
+    utilization = 1 - bubble
+    return {"idle_cost_per_hour": price * p * bubble, "idle_cost_per_step": price * idle_ns / 3.6e12 / max(steps, 1),
+            "effective_price_per_useful_gpu_hour": price / utilization if utilization else None}
+
+
+def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
+    notes = []
+    if facts["inferred"]:
+        counts = sorted({s.microbatches for s in stage_rows})
+        spread = "" if len(counts) < 2 else f"; stages disagree ({counts[0]}–{counts[-1]} passes), so m is approximate"
+        notes.append("no micro-batch labels: passes inferred from compute bursts between communication"
+                     + (spread if m else "; none found"))
+    if facts["pattern"]:
+        notes.append(f"micro-batch labels: {facts['pattern']}")
+    if m and times is None:
+        notes.append("some passes are missing on some stages: what-if replay skipped")
+    return notes
+
+
+def _timeline(work: pl.DataFrame) -> list[Segment]:
+    """Contiguous runs of one pass on a stage, plus communication, as segments."""
+    compute = work.filter(pl.col("role") == "compute").sort("stage", "start").with_columns(
+        phase=pl.col("phase").fill_null("other"))
+    run = pl.struct("phase", "microbatch", "chunk", "step").rle_id().over("stage")
+    runs = compute.with_columns(run=run).group_by("stage", "run", maintain_order=True).agg(
+        pl.col("phase", "microbatch", "chunk", "step").first(), start=pl.col("start").min(), end=pl.col("end").max())
+    comm = merge(work.filter(pl.col("role") == "comm"), ["stage"]).with_columns(
+        phase=pl.lit("comm"), microbatch=pl.lit(None, pl.Int32), chunk=pl.lit(None, pl.Int32),
+        step=pl.lit(None, pl.Int32))
+    cols = ["stage", "start", "end", "phase", "microbatch", "chunk", "step"]
+    both = pl.concat([runs.select(cols), comm.select(cols)], how="vertical_relaxed").sort("stage", "start")
+    return [Segment(*row) for row in both.iter_rows()]

@@ -1,0 +1,124 @@
+"""Each stage's work, labelled: which spans are compute or communication, which micro-batch pass and which
+step each belongs to.
+
+GPU stages: kernels, memcpy and memset are compute; NCCL/RCCL kernels are communication (a SendRecv kernel
+spinning while it waits for its peer is waiting, not working). CPU stages (gloo pipelines): top-level
+operators of the thread that carries the micro-batch labels (else the busiest thread); ``gloo:``/``c10d::``
+ranges are communication.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipebubble import stages as st
+from pipebubble.spans import GPU_WORK
+
+WORK_COLUMNS = ["stage", "lane", "role", "name", "start", "end", "phase", "microbatch", "chunk", "step"]
+OTHER_RANGES = r"^Optimizer\.|zero_grad|^ProfilerStep#"
+
+
+def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, dict]:
+    """Work spans of every stage (``WORK_COLUMNS``) and facts about how they were labelled."""
+    staged = spans.filter(pl.col("stage").is_not_null())
+    found, pattern = st.labels(staged, microbatch_regex)
+    gpu_stages = set(staged.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))["stage"])
+    gpu = staged.filter(pl.col("stage").is_in(list(gpu_stages)) & pl.col("device").is_not_null()
+                        & pl.col("kind").is_in(GPU_WORK))
+    cpu = _cpu_work(staged.filter(~pl.col("stage").is_in(list(gpu_stages))), found)
+    work = pl.concat([gpu, cpu], how="vertical").with_columns(
+        role=pl.when((pl.col("kind") == "comm") | pl.col("name").str.contains(st.COMM_NAMES))
+        .then(pl.lit("comm")).otherwise(pl.lit("compute"))
+    )
+    work = st.attribute(work, spans, found)
+    inferred = pattern is None
+    work = infer_microbatches(work, spans) if inferred else _steps(work, spans)
+    facts = {"pattern": pattern, "inferred": inferred, "mode": "gpu" if gpu_stages else "cpu"}
+    return work.select(WORK_COLUMNS).sort("stage", "start"), facts
+
+
+def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
+    """Top-level work of each stage's main thread."""
+    ops = staged.filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "sync", "comm"]))
+    if ops.is_empty():
+        return ops
+    labelled = found.group_by("lane").len().rename({"len": "labels"})
+    load = ops.group_by("stage", "lane").agg(busy=(pl.col("end") - pl.col("start")).sum())
+    main = (load.join(labelled, on="lane", how="left").with_columns(pl.col("labels").fill_null(0))
+            .sort("labels", "busy", descending=True).unique("stage", keep="first"))
+    ops = ops.join(main.select("lane"), on="lane")
+    is_comm = (pl.col("kind") == "comm") | pl.col("name").str.contains(st.COMM_NAMES)
+    # Top level among compute only: communication ranges (gloo's are asynchronous) overlap compute freely.
+    compute = ops.filter(~is_comm).sort("lane", "start", pl.col("end"), descending=[False, False, True])
+    reach = pl.col("end").cum_max().shift(1).over("lane")
+    top = compute.filter((pl.col("start") >= reach).fill_null(True) | (pl.col("end") > reach))
+    return pl.concat([top, ops.filter(is_comm)])
+
+
+def infer_microbatches(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Without labels (torch 2.13's 1F1B emits none): steps come from each rank's k-th ProfilerStep; a run of
+    compute between two communications is a burst; a burst's operators from its first autograd one on are a
+    backward pass, those before it a forward pass (the last stage runs F and B of a micro-batch back to back).
+    The n-th forward (backward) pass of a stage in a step is micro-batch n."""
+    stepped = _steps_from_markers(work, spans)
+    ordered = stepped.with_columns(other=_inside_other_ranges(stepped, spans)).sort("stage", "start")
+    breaks = (pl.col("role") == "comm") | pl.col("other") | (pl.col("step") != pl.col("step").shift(1))
+    ordered = ordered.with_columns(burst=breaks.fill_null(True).cast(pl.Int32).cum_sum().over("stage"))
+    is_pass = (pl.col("role") == "compute") & ~pl.col("other")
+    back = pl.col("name").str.contains(st.BACKWARD_NAMES) & is_pass
+    first_back = pl.col("start").filter(back).min().over("stage", "burst")
+    guess = pl.when(~is_pass).then(pl.lit(None, pl.String)).when(
+        first_back.is_not_null() & (pl.col("start") >= first_back)).then(pl.lit("backward")).otherwise(pl.lit("forward"))
+    ordered = ordered.with_columns(phase=guess)
+    run = pl.struct("burst", "phase").rle_id().over("stage")
+    ordered = ordered.with_columns(run=run)
+    # Slivers (input creation, gradient scaling) are not passes: under half the stage's median pass.
+    length = (pl.col("end").max() - pl.col("start").min()).over("stage", "run")
+    sliver = length < 0.5 * length.filter(pl.col("phase").is_not_null()).median().over("stage", "phase")
+    ordered = ordered.with_columns(
+        phase=pl.when(pl.col("other") & (pl.col("role") == "compute")).then(pl.lit("other"))
+        .when(sliver & pl.col("phase").is_not_null()).then(pl.lit("other")).otherwise("phase"))
+    number = pl.col("run").rank("dense").over("stage", "step", "phase") - 1
+    passes = pl.col("phase").is_in(["forward", "backward"])
+    return ordered.with_columns(microbatch=pl.when(passes).then(number).cast(pl.Int32)).drop("other", "burst", "run")
+
+
+def _inside_other_ranges(work: pl.DataFrame, spans: pl.DataFrame) -> pl.Series:
+    """Work under an optimizer or zero_grad range is not a micro-batch pass."""
+    ranges = spans.filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(r"^Optimizer\.|zero_grad"))
+    marks = ranges.select(lane=pl.col("lane"), start=pl.col("start"), range_end=pl.col("end")).sort("lane", "start")
+    probe = work.with_row_index("row").sort("lane", "start")
+    hit = probe.join_asof(marks, on="start", by="lane", strategy="backward", check_sortedness=False)
+    hit = hit.with_columns(inside=(pl.col("start") < pl.col("range_end")).fill_null(False)).sort("row")
+    return hit["inside"]
+
+
+def _steps(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Step index of every work span, aligned by the schedule: a stage's step k starts where its first pass
+    (forward, lowest micro-batch and chunk) begins for the (k+1)-th time; ranks' ProfilerStep markers
+    disagree in time, so they are not used. Other work takes the step of the nearest pass before it on the
+    same stage (after it, for work before the first pass)."""
+    passes_only = pl.col("phase").is_in(["forward", "backward", "weight"])
+    if work.filter(passes_only).is_empty():
+        return _steps_from_markers(work, spans)
+    ordered = work.sort("stage", "start").with_row_index("row")
+    passes = ordered.filter(passes_only).with_columns(
+        pass_id=pl.struct("phase", "microbatch", "chunk").rle_id().over("stage"))
+    forward = pl.col("phase") == "forward"
+    first = (forward & (pl.col("microbatch") == pl.col("microbatch").filter(forward).min().over("stage"))
+             & pl.col("chunk").eq_missing(pl.col("chunk").filter(forward).min().over("stage")))
+    new = (pl.col("pass_id") != pl.col("pass_id").shift(1).over("stage")).fill_null(True)
+    passes = passes.with_columns(step=((new & first).cast(pl.Int32).cum_sum().over("stage") - 1).clip(0))
+    ordered = ordered.join(passes.select("row", "step"), on="row", how="left").sort("row")
+    step = pl.col("step").forward_fill().backward_fill().over("stage")
+    return ordered.with_columns(step=step.cast(pl.Int32)).drop("row")
+
+
+def _steps_from_markers(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """No passes at all: the k-th ProfilerStep of each stage's rank is its step k."""
+    marks = spans.filter(pl.col("kind") == "step").sort("start").with_columns(
+        k=pl.int_range(pl.len()).over("stage").cast(pl.Int32)).select("stage", "start", "k")
+    if marks.is_empty():
+        return work.with_columns(step=pl.lit(0, pl.Int32))
+    joined = work.sort("start").join_asof(marks.sort("start"), on="start", by="stage", strategy="backward", check_sortedness=False)
+    return joined.with_columns(step=pl.col("k").fill_null(0)).drop("k")
