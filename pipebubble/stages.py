@@ -28,8 +28,17 @@ LABEL_PATTERNS = (
     ("zero_bubble", r"^(?P<phase>[FBW])(?P<mb>\d+)\.(?P<chunk>\d+)\.(?P<seq>\d+)$"),
     ("megatron", r"^(?P<phase>forward|backward)-compute$"),
 )
-PHASES = {"F": "forward", "B": "backward", "I": "backward", "W": "weight", "forward": "forward",
-          "backward": "backward", "weight": "weight", "Forward": "forward", "Backward": "backward"}
+PHASES = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward",
+    "W": "weight",
+    "forward": "forward",
+    "backward": "backward",
+    "weight": "weight",
+    "Forward": "forward",
+    "Backward": "backward",
+}
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "tp-pp-dp", "pp-dp-tp")
 COMM_NAMES = r"(?i)^(gloo|nccl|mpi|ucc):|^c10d::|record_param_comms|^PP:\d+(SEND|RECV)_"
 BACKWARD_NAMES = r"(?i)backward|autograd::engine"
@@ -60,8 +69,12 @@ def assign(spans: pl.DataFrame, options: StageOptions = StageOptions()) -> Stage
     method = options.stage_by or _default_method(spans)
     if method == "rank" and options.pp_size:
         return _by_pipeline_rank(spans, options.pp_size, options.rank_order)
-    keys = {"rank": ["rank"], "process": ["rank", "pid"], "device": ["rank", "pid", "device"],
-            "stream": ["rank", "pid", "device", "stream"]}.get(method)
+    keys = {
+        "rank": ["rank"],
+        "process": ["rank", "pid"],
+        "device": ["rank", "pid", "device"],
+        "stream": ["rank", "pid", "device", "stream"],
+    }.get(method)
     if keys is None:
         raise StageSpecError(f"--stage-by must be one of rank, device, process, stream (not {method!r})")
     if method in ("device", "stream"):
@@ -89,9 +102,13 @@ def _by_gpu(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
     mapped = _by_keys(gpu, keys, method)
     stage_of_thread = (
         mapped.spans.filter(pl.col("correlation").is_not_null())
-        .join(spans.filter(pl.col("kind") == "runtime").select("source", "correlation", "lane"),
-              on=["source", "correlation"])
-        .group_by("lane_right").agg(pl.col("stage").mode().first()).rename({"lane_right": "lane"})
+        .join(
+            spans.filter(pl.col("kind") == "runtime").select("source", "correlation", "lane"),
+            on=["source", "correlation"],
+        )
+        .group_by("lane_right")
+        .agg(pl.col("stage").mode().first())
+        .rename({"lane_right": "lane"})
     )
     cpu = spans.filter(pl.col("device").is_null()).drop("stage").join(stage_of_thread, on="lane", how="left")
     return StageMap(pl.concat([mapped.spans, cpu.select(mapped.spans.columns)]), mapped.names, method)
@@ -163,8 +180,7 @@ def _label_frame(found: pl.DataFrame, regex: str, pattern: str) -> pl.DataFrame:
         chunk=pl.col("chunk").cast(pl.Int32, strict=False) if "chunk" in groups else pl.lit(None, pl.Int32),
     )
     if "mb" not in groups:  # Megatron: the n-th forward (backward) range on a thread is micro-batch n
-        frame = frame.sort("start").with_columns(
-            microbatch=pl.int_range(pl.len()).over("lane", "phase").cast(pl.Int32))
+        frame = frame.sort("start").with_columns(microbatch=pl.int_range(pl.len()).over("lane", "phase").cast(pl.Int32))
     return frame.filter(pl.col("phase").is_not_null()).select(_LABEL_COLUMNS).sort("lane", "start")
 
 
@@ -172,21 +188,36 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
     """Give each work span the (phase, microbatch, chunk) of the label holding its start (CPU work) or its
     launch call's start (GPU work). Spans under no label get null phase."""
     launches = spans.filter(pl.col("kind") == "runtime").select(
-        "source", "correlation", launch_lane="lane", launch_pid="pid", launch_start="start")
-    keyed = work.join(launches, on=["source", "correlation"], how="left").filter(
-        pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid"))
-    ).unique(["source", "lane", "stream", "start", "end", "name"], keep="first", maintain_order=True)
+        "source", "correlation", launch_lane="lane", launch_pid="pid", launch_start="start"
+    )
+    keyed = (
+        work.join(launches, on=["source", "correlation"], how="left")
+        .filter(pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid")))
+        .unique(["source", "lane", "stream", "start", "end", "name"], keep="first", maintain_order=True)
+    )
     keyed = keyed.with_columns(
         at=pl.when(pl.col("device").is_not_null()).then("launch_start").otherwise("start"),
         at_lane=pl.when(pl.col("device").is_not_null()).then("launch_lane").otherwise("lane"),
     )
-    marks = found.select(at_lane="lane", at="start", label_end="end", label_phase="phase",
-                         label_mb="microbatch", label_chunk="chunk").sort("at_lane", "at")
-    joined = keyed.sort("at_lane", "at").join_asof(marks, on="at", by="at_lane", strategy="backward", check_sortedness=False)
+    marks = found.select(
+        at_lane="lane", at="start", label_end="end", label_phase="phase", label_mb="microbatch", label_chunk="chunk"
+    ).sort("at_lane", "at")
+    joined = keyed.sort("at_lane", "at").join_asof(
+        marks, on="at", by="at_lane", strategy="backward", check_sortedness=False
+    )
     inside = pl.col("at") < pl.col("label_end")
     return joined.with_columns(
         phase=pl.when(inside).then("label_phase"),
         microbatch=pl.when(inside).then("label_mb"),
         chunk=pl.when(inside).then("label_chunk"),
-    ).drop("launch_lane", "launch_pid", "launch_start", "at", "at_lane", "label_end", "label_phase",
-           "label_mb", "label_chunk")
+    ).drop(
+        "launch_lane",
+        "launch_pid",
+        "launch_start",
+        "at",
+        "at_lane",
+        "label_end",
+        "label_phase",
+        "label_mb",
+        "label_chunk",
+    )

@@ -37,9 +37,12 @@ def windows(work: pl.DataFrame) -> pl.DataFrame:
 
 def clip_to_windows(work: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """Work cut to its step's window; what lies wholly outside is dropped."""
-    return work.join(win, on="step").with_columns(
-        start=pl.max_horizontal("start", "window_start"), end=pl.min_horizontal("end", "window_end")
-    ).filter(pl.col("end") > pl.col("start")).drop("window_start", "window_end")
+    return (
+        work.join(win, on="step")
+        .with_columns(start=pl.max_horizontal("start", "window_start"), end=pl.min_horizontal("end", "window_end"))
+        .filter(pl.col("end") > pl.col("start"))
+        .drop("window_start", "window_end")
+    )
 
 
 def stage_step_table(work: pl.DataFrame) -> pl.DataFrame:
@@ -48,18 +51,27 @@ def stage_step_table(work: pl.DataFrame) -> pl.DataFrame:
     work = clip_to_windows(work, win)
     compute = merge(work.filter(pl.col("role") == "compute"), STEP_KEYS)
     busy = compute.group_by(STEP_KEYS).agg(
-        busy_ns=(pl.col("end") - pl.col("start")).sum(), first=pl.col("start").min(), last=pl.col("end").max())
+        busy_ns=(pl.col("end") - pl.col("start")).sum(), first=pl.col("start").min(), last=pl.col("end").max()
+    )
     comm = _exposed_comm(work, win)
     phases = _phase_time(work)
-    table = busy.join(win, on="step", how="inner").join(comm, on=STEP_KEYS, how="left").join(phases, on=STEP_KEYS, how="left")
+    table = (
+        busy.join(win, on="step", how="inner")
+        .join(comm, on=STEP_KEYS, how="left")
+        .join(phases, on=STEP_KEYS, how="left")
+    )
     window = pl.col("window_end") - pl.col("window_start")
-    return table.with_columns(
-        pl.col("comm_ns", "forward_ns", "backward_ns", "weight_ns").fill_null(0),
-        idle_ns=window - pl.col("busy_ns"),
-        fill_ns=pl.col("first") - pl.col("window_start"),
-        drain_ns=pl.col("window_end") - pl.col("last"),
-        window_ns=window,
-    ).with_columns(steady_idle_ns=pl.col("idle_ns") - pl.col("fill_ns") - pl.col("drain_ns")).sort(STEP_KEYS)
+    return (
+        table.with_columns(
+            pl.col("comm_ns", "forward_ns", "backward_ns", "weight_ns").fill_null(0),
+            idle_ns=window - pl.col("busy_ns"),
+            fill_ns=pl.col("first") - pl.col("window_start"),
+            drain_ns=pl.col("window_end") - pl.col("last"),
+            window_ns=window,
+        )
+        .with_columns(steady_idle_ns=pl.col("idle_ns") - pl.col("fill_ns") - pl.col("drain_ns"))
+        .sort(STEP_KEYS)
+    )
 
 
 def _exposed_comm(clipped: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
@@ -67,7 +79,8 @@ def _exposed_comm(clipped: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     both = _union_len(clipped, "both")
     only = _union_len(clipped.filter(pl.col("role") == "compute"), "compute")
     return both.join(only, on=STEP_KEYS, how="left").select(
-        *STEP_KEYS, comm_ns=pl.col("both") - pl.col("compute").fill_null(0))
+        *STEP_KEYS, comm_ns=pl.col("both") - pl.col("compute").fill_null(0)
+    )
 
 
 def _union_len(frame: pl.DataFrame, name: str) -> pl.DataFrame:
@@ -89,12 +102,20 @@ def _phase_time(work: pl.DataFrame) -> pl.DataFrame:
 
 def microbatch_times(work: pl.DataFrame) -> pl.DataFrame:
     """Compute ns per (stage, microbatch, phase), averaged over steps: the input of the what-if replay."""
-    compute = work.filter((pl.col("role") == "compute") & pl.col("phase").is_in(["forward", "backward", "weight"])
-                          & pl.col("microbatch").is_not_null())
+    compute = work.filter(
+        (pl.col("role") == "compute")
+        & pl.col("phase").is_in(["forward", "backward", "weight"])
+        & pl.col("microbatch").is_not_null()
+    )
     merged = merge(compute, ["step", "stage", "microbatch", "phase"])
-    per = merged.group_by("step", "stage", "microbatch", "phase").agg((pl.col("end") - pl.col("start")).sum().alias("ns"))
-    return per.group_by("stage", "microbatch", "phase").agg(pl.col("ns").mean().round().cast(pl.Int64)).sort(
-        "stage", "microbatch", "phase")
+    per = merged.group_by("step", "stage", "microbatch", "phase").agg(
+        (pl.col("end") - pl.col("start")).sum().alias("ns")
+    )
+    return (
+        per.group_by("stage", "microbatch", "phase")
+        .agg(pl.col("ns").mean().round().cast(pl.Int64))
+        .sort("stage", "microbatch", "phase")
+    )
 
 
 def detect_schedule(work: pl.DataFrame) -> tuple[str | None, int, int | None]:
@@ -110,9 +131,14 @@ def detect_schedule(work: pl.DataFrame) -> tuple[str | None, int, int | None]:
         return "zero_bubble", chunks, m
     if chunks > 1:
         return "interleaved_1f1b", chunks, m
-    order = first.sort("start").group_by("stage", maintain_order=True).agg(
-        last_f=pl.col("start").filter(pl.col("phase") == "forward").max(),
-        first_b=pl.col("start").filter(pl.col("phase") == "backward").min())
+    order = (
+        first.sort("start")
+        .group_by("stage", maintain_order=True)
+        .agg(
+            last_f=pl.col("start").filter(pl.col("phase") == "forward").max(),
+            first_b=pl.col("start").filter(pl.col("phase") == "backward").min(),
+        )
+    )
     gpipe = order.filter(pl.col("first_b").is_not_null()).select((pl.col("last_f") < pl.col("first_b")).all()).item()
     return ("gpipe" if gpipe else "1f1b"), chunks, m
 

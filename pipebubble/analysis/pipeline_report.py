@@ -49,7 +49,8 @@ def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOpt
     stage_rows = _stages(table, work, mapped.names, p)
     pipeline = _pipeline(table, work, stage_rows, wins, (schedule, chunks, m), facts, options)
     host = mapped.spans.filter(pl.col("stage").is_not_null() & pl.col("device").is_null()).select(
-        "stage", "kind", "start", "end")
+        "stage", "kind", "start", "end"
+    )
     waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
@@ -57,21 +58,49 @@ def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOpt
 
 
 def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -> list[Stage]:
-    sums = table.group_by("stage").agg(pl.col(c).sum() for c in (
-        "busy_ns", "comm_ns", "idle_ns", "fill_ns", "drain_ns", "steady_idle_ns", "window_ns", "forward_ns",
-        "backward_ns", "weight_ns")).sort("stage")
+    sums = (
+        table.group_by("stage")
+        .agg(
+            pl.col(c).sum()
+            for c in (
+                "busy_ns",
+                "comm_ns",
+                "idle_ns",
+                "fill_ns",
+                "drain_ns",
+                "steady_idle_ns",
+                "window_ns",
+                "forward_ns",
+                "backward_ns",
+                "weight_ns",
+            )
+        )
+        .sort("stage")
+    )
     lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
     per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
     out = []
     for row in sums.join(lanes, on="stage").iter_rows(named=True):
         mb = per_mb.filter(pl.col("stage") == row["stage"])["ns"].to_list()
-        out.append(Stage(
-            stage=row["stage"], name=names[row["stage"]] if row["stage"] < len(names) else str(row["stage"]),
-            lanes=row["lane"], busy_ns=row["busy_ns"], comm_ns=row["comm_ns"], idle_ns=row["idle_ns"],
-            fill_ns=row["fill_ns"], drain_ns=row["drain_ns"], steady_idle_ns=row["steady_idle_ns"],
-            utilization=row["busy_ns"] / row["window_ns"] if row["window_ns"] else 0.0,
-            forward_ns=row["forward_ns"], backward_ns=row["backward_ns"], weight_ns=row["weight_ns"],
-            microbatches=len(mb), microbatch_cv=pm.cv(mb) if len(mb) > 1 else None))
+        out.append(
+            Stage(
+                stage=row["stage"],
+                name=names[row["stage"]] if row["stage"] < len(names) else str(row["stage"]),
+                lanes=row["lane"],
+                busy_ns=row["busy_ns"],
+                comm_ns=row["comm_ns"],
+                idle_ns=row["idle_ns"],
+                fill_ns=row["fill_ns"],
+                drain_ns=row["drain_ns"],
+                steady_idle_ns=row["steady_idle_ns"],
+                utilization=row["busy_ns"] / row["window_ns"] if row["window_ns"] else 0.0,
+                forward_ns=row["forward_ns"],
+                backward_ns=row["backward_ns"],
+                weight_ns=row["weight_ns"],
+                microbatches=len(mb),
+                microbatch_cv=pm.cv(mb) if len(mb) > 1 else None,
+            )
+        )
     return out
 
 
@@ -88,22 +117,37 @@ def _pipeline(table, work, stage_rows, wins, detected, facts, options) -> Pipeli
     notes = _notes(facts, schedule, m, times, stage_rows)
     excess, causes = _excess(bubble, theory, schedule, chunks, times, stage_rows, p * window)
     return Pipeline(
-        stages=p, microbatches=m, schedule=schedule, chunks=chunks, window_ns=window,
-        window_start_ns=int(wins["window_start"].min()), bubble_fraction=bubble,
-        theoretical_bubble_fraction=theory, excess_bubble_fraction=excess, excess_causes=causes,
-        stage_time_cv=pm.cv(busy), imbalance=max(busy) / (sum(busy) / p) if sum(busy) else 0.0,
+        stages=p,
+        microbatches=m,
+        schedule=schedule,
+        chunks=chunks,
+        window_ns=window,
+        window_start_ns=int(wins["window_start"].min()),
+        bubble_fraction=bubble,
+        theoretical_bubble_fraction=theory,
+        excess_bubble_fraction=excess,
+        excess_causes=causes,
+        stage_time_cv=pm.cv(busy),
+        imbalance=max(busy) / (sum(busy) / p) if sum(busy) else 0.0,
         throughput_bound=1e9 * steps / max(busy) if max(busy) else 0.0,
         pipeline_efficiency=(1 - bubble) / (1 - theory) if theory is not None and theory < 1 else None,
-        microbatches_inferred=facts["inferred"] and m is not None, steps=_step_results(table, wins, p),
-        step_time_ns=window // steps if steps else 0, **_cost(options.gpu_cost, p, bubble, idle, steps),
-        recommendations=_recommendations(times, schedule, chunks), notes=notes)
+        microbatches_inferred=facts["inferred"] and m is not None,
+        steps=_step_results(table, wins, p),
+        step_time_ns=window // steps if steps else 0,
+        **_cost(options.gpu_cost, p, bubble, idle, steps),
+        recommendations=_recommendations(times, schedule, chunks),
+        notes=notes,
+    )
 
 
 def _step_results(table: pl.DataFrame, wins: pl.DataFrame, p: int) -> list[StepResult]:
     idle = table.group_by("step").agg(pl.col("idle_ns").sum()).join(wins, on="step").sort("step")
-    return [StepResult(r["step"], r["window_start"], r["window_end"],
-                       r["idle_ns"] / (p * (r["window_end"] - r["window_start"])))
-            for r in idle.iter_rows(named=True)]
+    return [
+        StepResult(
+            r["step"], r["window_start"], r["window_end"], r["idle_ns"] / (p * (r["window_end"] - r["window_start"]))
+        )
+        for r in idle.iter_rows(named=True)
+    ]
 
 
 def _theory(schedule, p, m, chunks, stage_rows) -> float | None:
@@ -127,8 +171,10 @@ def _stage_times(work: pl.DataFrame, p: int, m: int | None) -> whatif.StageTimes
     mbs = sorted(per["microbatch"].unique().to_list())
     if len(mbs) != m:
         return None
+
     def rows(phase: str):
         return tuple(tuple(grid.get((s, j, phase)) for j in mbs) for s in range(p))
+
     forward, backward, weight = rows("forward"), rows("backward"), rows("weight")
     if any(v is None for r in forward + backward for v in r):
         return None
@@ -169,8 +215,11 @@ def _cost(price: float | None, p: int, bubble: float, idle_ns: int, steps: int) 
     if price is None:
         return {}
     utilization = 1 - bubble
-    return {"idle_cost_per_hour": price * p * bubble, "idle_cost_per_step": price * idle_ns / 3.6e12 / max(steps, 1),
-            "effective_price_per_useful_gpu_hour": price / utilization if utilization else None}
+    return {
+        "idle_cost_per_hour": price * p * bubble,
+        "idle_cost_per_step": price * idle_ns / 3.6e12 / max(steps, 1),
+        "effective_price_per_useful_gpu_hour": price / utilization if utilization else None,
+    }
 
 
 def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
@@ -178,8 +227,10 @@ def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
     if facts["inferred"]:
         counts = sorted({s.microbatches for s in stage_rows})
         spread = "" if len(counts) < 2 else f"; stages disagree ({counts[0]}–{counts[-1]} passes), so m is approximate"
-        notes.append("no micro-batch labels: passes inferred from compute bursts between communication"
-                     + (spread if m else "; none found"))
+        notes.append(
+            "no micro-batch labels: passes inferred from compute bursts between communication"
+            + (spread if m else "; none found")
+        )
     if facts["pattern"]:
         notes.append(f"micro-batch labels: {facts['pattern']}")
     if m and times is None:
@@ -189,14 +240,25 @@ def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
 
 def _timeline(work: pl.DataFrame) -> list[Segment]:
     """Contiguous runs of one pass on a stage, plus communication, as segments."""
-    compute = work.filter(pl.col("role") == "compute").sort("stage", "start").with_columns(
-        phase=pl.col("phase").fill_null("other"))
+    compute = (
+        work.filter(pl.col("role") == "compute")
+        .sort("stage", "start")
+        .with_columns(phase=pl.col("phase").fill_null("other"))
+    )
     run = pl.struct("phase", "microbatch", "chunk", "step").rle_id().over("stage")
-    runs = compute.with_columns(run=run).group_by("stage", "run", maintain_order=True).agg(
-        pl.col("phase", "microbatch", "chunk", "step").first(), start=pl.col("start").min(), end=pl.col("end").max())
+    runs = (
+        compute.with_columns(run=run)
+        .group_by("stage", "run", maintain_order=True)
+        .agg(
+            pl.col("phase", "microbatch", "chunk", "step").first(), start=pl.col("start").min(), end=pl.col("end").max()
+        )
+    )
     comm = merge(work.filter(pl.col("role") == "comm"), ["stage"]).with_columns(
-        phase=pl.lit("comm"), microbatch=pl.lit(None, pl.Int32), chunk=pl.lit(None, pl.Int32),
-        step=pl.lit(None, pl.Int32))
+        phase=pl.lit("comm"),
+        microbatch=pl.lit(None, pl.Int32),
+        chunk=pl.lit(None, pl.Int32),
+        step=pl.lit(None, pl.Int32),
+    )
     cols = ["stage", "start", "end", "phase", "microbatch", "chunk", "step"]
     both = pl.concat([runs.select(cols), comm.select(cols)], how="vertical_relaxed").sort("stage", "start")
     return [Segment(*row) for row in both.iter_rows()]

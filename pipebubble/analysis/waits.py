@@ -30,8 +30,15 @@ def find_waits(
     labelled = _neighbours(gaps, passes)
     causes = [_cause(row, passes, comm, host, gpu) for row in labelled.iter_rows(named=True)]
     waits = [
-        Wait(stage=r["stage"], start_ns=r["start"], dur_ns=r["end"] - r["start"], cause=c, before=r["before"],
-             after=r["after"], step=r["step"])
+        Wait(
+            stage=r["stage"],
+            start_ns=r["start"],
+            dur_ns=r["end"] - r["start"],
+            cause=c,
+            before=r["before"],
+            after=r["after"],
+            step=r["step"],
+        )
         for r, c in zip(labelled.iter_rows(named=True), causes, strict=True)
     ]
     return sorted(waits, key=lambda w: (-w.dur_ns, w.start_ns, w.stage))
@@ -40,12 +47,17 @@ def find_waits(
 def _gaps(work: pl.DataFrame, windows: pl.DataFrame, threshold: float) -> pl.DataFrame:
     """Fill, steady and drain gaps of every (step, stage) above the threshold."""
     merged = merge(work.filter(pl.col("role") == "compute"), ["step", "stage"]).join(windows, on="step")
-    inner = merged.with_columns(gap_start=pl.col("end").shift(1).over("step", "stage")).filter(
-        pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start"))
-    ).select("step", "stage", start="gap_start", end="start", kind=pl.lit("steady"))
+    inner = (
+        merged.with_columns(gap_start=pl.col("end").shift(1).over("step", "stage"))
+        .filter(pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start")))
+        .select("step", "stage", start="gap_start", end="start", kind=pl.lit("steady"))
+    )
     edges = merged.group_by("step", "stage").agg(
-        first=pl.col("start").min(), last=pl.col("end").max(),
-        window_start=pl.col("window_start").first(), window_end=pl.col("window_end").first())
+        first=pl.col("start").min(),
+        last=pl.col("end").max(),
+        window_start=pl.col("window_start").first(),
+        window_end=pl.col("window_end").first(),
+    )
     fill = edges.select("step", "stage", start="window_start", end="first", kind=pl.lit("fill"))
     drain = edges.select("step", "stage", start="last", end="window_end", kind=pl.lit("drain"))
     gaps = pl.concat([fill, inner, drain]).join(windows, on="step")
@@ -57,19 +69,31 @@ def _passes(work: pl.DataFrame) -> pl.DataFrame:
     """One row per pass occurrence: stage, step, phase, microbatch, chunk, start, end, label."""
     labelled = work.filter((pl.col("role") == "compute") & pl.col("phase").is_not_null()).sort("stage", "start")
     run = pl.struct("phase", "microbatch", "chunk").rle_id().over("stage")
-    grouped = labelled.with_columns(run=run).group_by("stage", "run", maintain_order=True).agg(
-        pl.col("step", "phase", "microbatch", "chunk").first(), start=pl.col("start").min(), end=pl.col("end").max())
+    grouped = (
+        labelled.with_columns(run=run)
+        .group_by("stage", "run", maintain_order=True)
+        .agg(
+            pl.col("step", "phase", "microbatch", "chunk").first(), start=pl.col("start").min(), end=pl.col("end").max()
+        )
+    )
     letter = pl.col("phase").replace_strict(PASS_LETTER, default=None)
-    return grouped.with_columns(label=pl.when(letter.is_not_null() & pl.col("microbatch").is_not_null())
-                                .then(pl.format("{}{}", letter, pl.col("microbatch"))).otherwise("phase")).drop("run")
+    return grouped.with_columns(
+        label=pl.when(letter.is_not_null() & pl.col("microbatch").is_not_null())
+        .then(pl.format("{}{}", letter, pl.col("microbatch")))
+        .otherwise("phase")
+    ).drop("run")
 
 
 def _neighbours(gaps: pl.DataFrame, passes: pl.DataFrame) -> pl.DataFrame:
     """The pass that ended at each gap's start (before) and the one that began at its end (after)."""
     ends = passes.select("stage", at="end", before="label").sort("at")
     starts = passes.select("stage", at="start", after="label", after_phase="phase", after_mb="microbatch").sort("at")
-    with_before = gaps.sort("start").join_asof(ends, left_on="start", right_on="at", by="stage", strategy="backward", check_sortedness=False)
-    both = with_before.sort("end").join_asof(starts, left_on="end", right_on="at", by="stage", strategy="forward", check_sortedness=False)
+    with_before = gaps.sort("start").join_asof(
+        ends, left_on="start", right_on="at", by="stage", strategy="backward", check_sortedness=False
+    )
+    both = with_before.sort("end").join_asof(
+        starts, left_on="end", right_on="at", by="stage", strategy="forward", check_sortedness=False
+    )
     return both.sort("stage", "start")
 
 
@@ -79,8 +103,12 @@ def _cause(gap: dict, passes: pl.DataFrame, comm: pl.DataFrame, host: pl.DataFra
     stage, start, end = gap["stage"], gap["start"], gap["end"]
     for phase, neighbour, cause in (("forward", stage - 1, "upstream"), ("backward", stage + 1, "downstream")):
         if gap["after_phase"] == phase and gap["after_mb"] is not None:
-            dep = passes.filter((pl.col("stage") == neighbour) & (pl.col("phase") == phase)
-                                & (pl.col("microbatch") == gap["after_mb"]) & (pl.col("step") == gap["step"]))
+            dep = passes.filter(
+                (pl.col("stage") == neighbour)
+                & (pl.col("phase") == phase)
+                & (pl.col("microbatch") == gap["after_mb"])
+                & (pl.col("step") == gap["step"])
+            )
             if dep.height and dep["end"].max() > start:
                 return cause
     if _covered(host.filter((pl.col("stage") == stage) & (pl.col("kind") == "sync")), start, end) > 0:

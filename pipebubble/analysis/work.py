@@ -23,12 +23,14 @@ def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tupl
     staged = spans.filter(pl.col("stage").is_not_null())
     found, pattern = st.labels(staged, microbatch_regex)
     gpu_stages = set(staged.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))["stage"])
-    gpu = staged.filter(pl.col("stage").is_in(list(gpu_stages)) & pl.col("device").is_not_null()
-                        & pl.col("kind").is_in(GPU_WORK))
+    gpu = staged.filter(
+        pl.col("stage").is_in(list(gpu_stages)) & pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
+    )
     cpu = _cpu_work(staged.filter(~pl.col("stage").is_in(list(gpu_stages))), found)
     work = pl.concat([gpu, cpu], how="vertical").with_columns(
         role=pl.when((pl.col("kind") == "comm") | pl.col("name").str.contains(st.COMM_NAMES))
-        .then(pl.lit("comm")).otherwise(pl.lit("compute"))
+        .then(pl.lit("comm"))
+        .otherwise(pl.lit("compute"))
     )
     work = st.attribute(work, spans, found)
     inferred = pattern is None
@@ -44,8 +46,12 @@ def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
         return ops
     labelled = found.group_by("lane").len().rename({"len": "labels"})
     load = ops.group_by("stage", "lane").agg(busy=(pl.col("end") - pl.col("start")).sum())
-    main = (load.join(labelled, on="lane", how="left").with_columns(pl.col("labels").fill_null(0))
-            .sort("labels", "busy", descending=True).unique("stage", keep="first"))
+    main = (
+        load.join(labelled, on="lane", how="left")
+        .with_columns(pl.col("labels").fill_null(0))
+        .sort("labels", "busy", descending=True)
+        .unique("stage", keep="first")
+    )
     ops = ops.join(main.select("lane"), on="lane")
     is_comm = (pl.col("kind") == "comm") | pl.col("name").str.contains(st.COMM_NAMES)
     # Top level among compute only: communication ranges (gloo's are asynchronous) overlap compute freely.
@@ -67,8 +73,13 @@ def infer_microbatches(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     is_pass = (pl.col("role") == "compute") & ~pl.col("other")
     back = pl.col("name").str.contains(st.BACKWARD_NAMES) & is_pass
     first_back = pl.col("start").filter(back).min().over("stage", "burst")
-    guess = pl.when(~is_pass).then(pl.lit(None, pl.String)).when(
-        first_back.is_not_null() & (pl.col("start") >= first_back)).then(pl.lit("backward")).otherwise(pl.lit("forward"))
+    guess = (
+        pl.when(~is_pass)
+        .then(pl.lit(None, pl.String))
+        .when(first_back.is_not_null() & (pl.col("start") >= first_back))
+        .then(pl.lit("backward"))
+        .otherwise(pl.lit("forward"))
+    )
     ordered = ordered.with_columns(phase=guess)
     run = pl.struct("burst", "phase").rle_id().over("stage")
     ordered = ordered.with_columns(run=run)
@@ -76,8 +87,12 @@ def infer_microbatches(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     length = (pl.col("end").max() - pl.col("start").min()).over("stage", "run")
     sliver = length < 0.5 * length.filter(pl.col("phase").is_not_null()).median().over("stage", "phase")
     ordered = ordered.with_columns(
-        phase=pl.when(pl.col("other") & (pl.col("role") == "compute")).then(pl.lit("other"))
-        .when(sliver & pl.col("phase").is_not_null()).then(pl.lit("other")).otherwise("phase"))
+        phase=pl.when(pl.col("other") & (pl.col("role") == "compute"))
+        .then(pl.lit("other"))
+        .when(sliver & pl.col("phase").is_not_null())
+        .then(pl.lit("other"))
+        .otherwise("phase")
+    )
     number = pl.col("run").rank("dense").over("stage", "step", "phase") - 1
     passes = pl.col("phase").is_in(["forward", "backward"])
     return ordered.with_columns(microbatch=pl.when(passes).then(number).cast(pl.Int32)).drop("other", "burst", "run")
@@ -103,10 +118,14 @@ def _steps(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         return _steps_from_markers(work, spans)
     ordered = work.sort("stage", "start").with_row_index("row")
     passes = ordered.filter(passes_only).with_columns(
-        pass_id=pl.struct("phase", "microbatch", "chunk").rle_id().over("stage"))
+        pass_id=pl.struct("phase", "microbatch", "chunk").rle_id().over("stage")
+    )
     forward = pl.col("phase") == "forward"
-    first = (forward & (pl.col("microbatch") == pl.col("microbatch").filter(forward).min().over("stage"))
-             & pl.col("chunk").eq_missing(pl.col("chunk").filter(forward).min().over("stage")))
+    first = (
+        forward
+        & (pl.col("microbatch") == pl.col("microbatch").filter(forward).min().over("stage"))
+        & pl.col("chunk").eq_missing(pl.col("chunk").filter(forward).min().over("stage"))
+    )
     new = (pl.col("pass_id") != pl.col("pass_id").shift(1).over("stage")).fill_null(True)
     passes = passes.with_columns(step=((new & first).cast(pl.Int32).cum_sum().over("stage") - 1).clip(0))
     ordered = ordered.join(passes.select("row", "step"), on="row", how="left").sort("row")
@@ -116,9 +135,15 @@ def _steps(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 
 def _steps_from_markers(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """No passes at all: the k-th ProfilerStep of each stage's rank is its step k."""
-    marks = spans.filter(pl.col("kind") == "step").sort("start").with_columns(
-        k=pl.int_range(pl.len()).over("stage").cast(pl.Int32)).select("stage", "start", "k")
+    marks = (
+        spans.filter(pl.col("kind") == "step")
+        .sort("start")
+        .with_columns(k=pl.int_range(pl.len()).over("stage").cast(pl.Int32))
+        .select("stage", "start", "k")
+    )
     if marks.is_empty():
         return work.with_columns(step=pl.lit(0, pl.Int32))
-    joined = work.sort("start").join_asof(marks.sort("start"), on="start", by="stage", strategy="backward", check_sortedness=False)
+    joined = work.sort("start").join_asof(
+        marks.sort("start"), on="start", by="stage", strategy="backward", check_sortedness=False
+    )
     return joined.with_columns(step=pl.col("k").fill_null(0)).drop("k")

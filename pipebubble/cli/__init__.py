@@ -45,9 +45,9 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from pipebubble.cli import analyze, capture, theory
+    from pipebubble.cli import analyze, capture, export, theory
 
-    for module in (analyze, theory, capture):
+    for module in (analyze, theory, capture, export):
         module.register(app)
 
 

@@ -1,42 +1,113 @@
-"""Rich terminal output. Renderables only: the CLI decides where they go."""
+"""Rich terminal output: header, timeline, stage / wait / what-if tables, serving facts, lanes.
+
+``renderable`` builds rich renderables; ``render`` prints them into a recording console and returns the text,
+so what the terminal shows and what the golden tests pin are the same characters.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+import io
+
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from pipebubble.render import sections, timeline
+from pipebubble.render.sections import Table as Section
 from pipebubble.report import Report
 
-
-def ms(ns: int) -> str:
-    return f"{ns / 1e6:,.3f}"
+NARROW = 100  # below this width the utilization bars get shorter
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.2f} %"
+def table(section: Section, width: int) -> Table:
+    out = Table(title=section.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                show_edge=False, expand=False)
+    for i, col in enumerate(section.columns):
+        wide = col in ("before", "after", "note", "lane", "change")
+        out.add_column(col, justify="right" if i in section.numeric else "left", no_wrap=not wide,
+                       overflow="ellipsis" if wide else "fold", max_width=max(width // 4, 12) if wide else None)
+    for row in section.rows:
+        out.add_row(*row)
+    return out
 
 
-def lanes_table(report: Report) -> Table:
-    table = Table(title="Lanes (busy = union of work; window = first to last busy instant)", title_justify="left")
-    for col, justify in [("lane", "left"), ("kind", "left"), ("busy ms", "right"), ("idle ms", "right"),
-                         ("window ms", "right"), ("idle", "right")]:
-        table.add_column(col, justify=justify, no_wrap=col != "lane")
-    for lane in report.lanes:
-        table.add_row(lane.lane, lane.kind, ms(lane.busy_ns), ms(lane.idle_ns), ms(lane.window_ns),
-                      pct(lane.idle_fraction))
-    return table
+def timeline_block(report: Report, width: int, *, step: int | None, window: tuple[int, int] | None,
+                   lanes: bool) -> RenderableType:
+    grid = timeline.build(report, width, step=step, window=window, lanes=lanes)
+    title = "Timeline" + (f" (step {step})" if step is not None else "") + (
+        f" ({sections.ms(grid.start_ns - grid.origin_ns)} to {sections.ms(grid.end_ns - grid.origin_ns)} ms)"
+        if window is not None else "")
+    lines = [Text(title, style="bold")] + [_row_text(row, grid.label_width) for row in grid.rows]
+    lines.append(Text(" " * (grid.label_width + 2) + grid.axis, no_wrap=True, overflow="crop"))
+    lines.append(Text(timeline.legend(grid), style="dim"))
+    return Group(*lines)
 
 
-def ingest_lines(report: Report) -> Text:
-    ing = report.ingest
-    text = Text(f"{len(ing.files)} file(s), {ing.events_read:,} events, {ing.spans:,} spans")
-    if ing.skipped:
-        text.append("; not spans: " + ", ".join(f"{k} {v:,}" for k, v in ing.skipped.items()))
-    for warning in ing.warnings:
-        text.append(f"\nwarning: {warning}", style="yellow")
+def _row_text(row: timeline.Row, label_width: int) -> Text:
+    """Cells grouped in runs of one phase, each run one styled span (colour only shows with color=True)."""
+    text = Text(f"{row.label:>{label_width}} │", no_wrap=True, overflow="crop")
+    start = 0
+    for i in range(1, len(row.cells) + 1):
+        if i == len(row.cells) or row.phases[i] != row.phases[start]:
+            phase = row.phases[start]
+            style = timeline.PHASES.get(phase, timeline.PHASES["other"])[2] if phase else timeline.IDLE_STYLE
+            text.append(row.cells[start:i], style=style)
+            start = i
+    text.append("│")
     return text
 
 
-def render(report: Report) -> RenderableType:
-    return Group(ingest_lines(report), lanes_table(report))
+def header_block(report: Report) -> RenderableType:
+    lines = sections.header(report)
+    return Group(*(Text(line, style="bold" if i == 0 else "") for i, line in enumerate(lines)))
+
+
+def interference_block(report: Report, width: int) -> list[RenderableType]:
+    if report.interference is None:
+        return []
+    facts = [Text("Serving: prefill / decode interference", style="bold")]
+    out: list[RenderableType] = [Group(*facts, *(Text(line) for line in sections.interference_facts(report)))]
+    origin = timeline.origin(report)
+    for section in (sections.step_table(report), sections.episode_table(report, origin)):
+        if section.rows:
+            out.append(table(section, width))
+    return out
+
+
+def renderable(report: Report, width: int, *, step: int | None = None, window: tuple[int, int] | None = None,
+               lanes: bool = False) -> RenderableType:
+    parts: list[RenderableType] = [Text("\n".join(sections.ingest_lines(report)))]
+    if report.pipeline is not None:
+        parts.append(header_block(report))
+    if report.timeline:
+        parts.append(timeline_block(report, width, step=step, window=window, lanes=lanes))
+    bar_width = 10 if width >= NARROW else 5
+    origin = timeline.origin(report)
+    for section in (sections.stage_table(report, bar_width), sections.wait_table(report, origin),
+                    sections.recommendation_table(report)):
+        if section.rows:
+            parts.append(table(section, width))
+    parts += interference_block(report, width)
+    parts.append(table(sections.lane_table(report), width))
+    return Group(*_spaced(parts))
+
+
+def _spaced(parts: list[RenderableType]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for part in parts:
+        out += [part, Text("")]
+    return out[:-1]
+
+
+def render(report: Report, width: int = 100, *, color: bool = False, step: int | None = None,
+           window: tuple[int, int] | None = None, lanes: bool = False) -> str:
+    """The terminal text: ANSI colour when ``color``, otherwise plain characters; no line wider than ``width``."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False,
+                      color_system="256" if color else None, emoji=False, soft_wrap=False, _environ={})
+    console.print(renderable(report, width, step=step, window=window, lanes=lanes))
+    if color:
+        return buffer.getvalue()
+    # rich pads table cells to the column width; trailing blanks only make diffs and pipes noisy
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
