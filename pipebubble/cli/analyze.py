@@ -8,38 +8,97 @@ from typing import Annotated
 
 import typer
 
-from pipebubble.cli.output import console, ingest_with_progress, write_text
+from pipebubble.cli.output import console_wants_color, ingest_with_progress, write_text
+
+PIPELINE = "Pipeline"
+OUTPUT = "Output"
 
 
 class Format(str, Enum):
     text = "text"
     json = "json"
+    markdown = "markdown"
+    html = "html"
+
+
+class StageBy(str, Enum):
+    rank = "rank"
+    device = "device"
+    process = "process"
+    stream = "stream"
 
 
 def analyze(
     paths: Annotated[list[Path], typer.Argument(help="Trace files or folders of per-rank traces.")],
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    format: Annotated[Format | None, typer.Option("--format", "-f", help="Output format (default: from -o's suffix, "
+                                                  "else text).", rich_help_panel=OUTPUT)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.",
+                                                rich_help_panel=OUTPUT)] = None,
+    width: Annotated[int | None, typer.Option(help="Columns of text output (default: the terminal's).",
+                                              rich_help_panel=OUTPUT)] = None,
+    step: Annotated[int | None, typer.Option(help="Zoom the timeline to this step.", rich_help_panel=OUTPUT)] = None,
+    window: Annotated[str | None, typer.Option(help="Zoom the timeline to START:END ms from its start.",
+                                               rich_help_panel=OUTPUT)] = None,
+    lanes: Annotated[bool, typer.Option("--lanes", help="One timeline row per lane, not per stage.",
+                                        rich_help_panel=OUTPUT)] = False,
+    stage_by: Annotated[StageBy | None, typer.Option(help="What a stage is (default: rank for a folder of ranks, "
+                                                     "device for one file of several GPUs).",
+                                                     rich_help_panel=PIPELINE)] = None,
+    stage: Annotated[list[str] | None, typer.Option(help="Stage NAME=REGEX over lane ids (repeat, in order).",
+                                                    rich_help_panel=PIPELINE)] = None,
+    pp_size: Annotated[int | None, typer.Option(help="Pipeline-parallel size when ranks also do TP/DP.",
+                                                rich_help_panel=PIPELINE)] = None,
+    rank_order: Annotated[str, typer.Option(help="Rank layout for --pp-size: tp-cp-ep-dp-pp (Megatron) or "
+                                            "pp-dp-tp.", rich_help_panel=PIPELINE)] = "tp-cp-ep-dp-pp",
+    microbatch_regex: Annotated[str | None, typer.Option(help="Regex with named groups phase (F/B/W), mb and "
+                                                         "optionally chunk, for custom labels.",
+                                                         rich_help_panel=PIPELINE)] = None,
+    wait_threshold: Annotated[float, typer.Option(help="Report idle gaps longer than this fraction of the step.",
+                                                  rich_help_panel=PIPELINE)] = 0.01,
+    gpu_cost: Annotated[float | None, typer.Option(help="USD per GPU-hour: idle dollars and the price of a useful "
+                                                   "GPU-hour.", rich_help_panel=PIPELINE)] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Busy and idle time of every GPU, stream and CPU thread in the traces.
+    """Where the GPUs wait: busy/idle per GPU, stream and thread; per pipeline stage, fill/drain bubbles
+    against theory, the biggest waits and what each waited for, and what-if recommendations.
 
     Examples:
 
-      pipebubble analyze sample_traces/toy_train
+      pipebubble analyze sample_traces/pipeline_1f1b
 
-      pipebubble analyze runs/rank*.json.gz --format json | jq '.lanes[] | {lane, idle_ns}'
+      pipebubble analyze runs/step42/ --gpu-cost 3.0 --width 160
+
+      pipebubble analyze runs/ --format json | jq '.pipeline | {bubble_fraction, theoretical_bubble_fraction}'
+
+      pipebubble analyze runs/ -o report.html
     """
+    from pipebubble import render
+    from pipebubble.analysis.pipeline_report import PipelineOptions
     from pipebubble.analyze import analyze as build
-    from pipebubble.render import json as json_render
-    from pipebubble.render import terminal
+    from pipebubble.stages import StageOptions, parse_rule
 
-    report = build(ingest_with_progress(paths, use_cache=not no_cache, quiet=quiet))
-    if format is Format.json:
-        write_text(json_render.render(report), output)
-    else:
-        console(output).print(terminal.render(report))
+    stages = StageOptions(stage_by.value if stage_by else None, tuple(parse_rule(r) for r in stage or ()),
+                          pp_size, rank_order, microbatch_regex)
+    options = PipelineOptions(stages, wait_threshold, gpu_cost)
+    report = build(ingest_with_progress(paths, use_cache=not no_cache, quiet=quiet), options)
+    fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
+    try:
+        text = render.render(report, fmt, width=width, color=output is None and console_wants_color(),
+                             step=step, window=_window(window), lanes=lanes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    write_text(text, output)
+
+
+def _window(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    start, sep, end = text.partition(":")
+    try:
+        return int(float(start) * 1e6), int(float(end) * 1e6)
+    except ValueError:
+        raise typer.BadParameter(f"--window expects START:END in ms, got {text!r}") from None
 
 
 def register(app: typer.Typer) -> None:

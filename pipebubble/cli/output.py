@@ -12,6 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pipebubble.ingest import Ingested, find_traces, load
 
 
+def console_wants_color() -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
 def console(output: Path | None = None, width: int | None = None) -> Console:
     """A console for stdout (plain when piped or NO_COLOR is set) or for a file (always plain)."""
     if output is not None:

@@ -1,0 +1,58 @@
+"""Synthetic pipeline traces: a schedule simulated exactly, written as one Kineto file per rank.
+
+Each pass is a kernel on GPU 0, stream 7, launched by a ``cudaLaunchKernel`` inside a
+``PP:{virtual stage}{F|B|W}{mb}`` range on the rank's main thread (as torch.distributed.pipelining labels
+them). Options add spinning NCCL kernels in front of passes, or leave the labels out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipebubble.analysis import schedules, whatif
+
+LAUNCH_NS = 1_000  # the launch call starts this long before its kernel
+
+
+def simulate(schedule: str, p: int, m: int, forward, backward, chunks: int = 1, weight=None):
+    """Timed actions of ``schedule`` with per-stage forward/backward(/weight) ns (same for every micro-batch)."""
+    times = whatif.StageTimes(
+        tuple((f,) * m for f in forward), tuple((b,) * m for b in backward),
+        tuple((w,) * m for w in weight) if weight else None)
+    return whatif.simulate(schedules.make_schedule(schedule, p, m, chunks), times)
+
+
+def write_pipeline(folder: Path, sim, *, labels: bool = True, spin_before_forward: int = 0,
+                   offset_ns: int = 1_000_000) -> Path:
+    """One ``rank{s}.json`` per stage. ``spin_before_forward`` ns of ``ncclDevKernel_SendRecv`` end where
+    each forward of stages > 0 starts (a receive spinning while it waits for its activation)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    p = sim.schedule.stages
+    per_stage: dict[int, list[dict]] = {s: [] for s in range(p)}
+    for i, act in enumerate(a for stage in sim.actions for a in stage):
+        s, a = act.stage, act.action
+        start, end = act.start_ns + offset_ns, act.end_ns + offset_ns
+        corr = 10 * i + 1
+        vstage = a.chunk * p + s
+        label = f"PP:{vstage}{a.phase}{a.microbatch}"
+        events = per_stage[s]
+        if labels:
+            events.append(_x("user_annotation", label, 100, 100, start - LAUNCH_NS, end))
+        events.append(_x("cuda_runtime", "cudaLaunchKernel", 100, 100, start - LAUNCH_NS, 500, corr=corr))
+        events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, start, end - start, corr=corr))
+        if spin_before_forward and a.phase == "F" and s > 0:
+            spin = min(spin_before_forward, start - offset_ns)
+            events.append(_x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 1))
+    for s, events in per_stage.items():
+        doc = {"schemaVersion": 1, "distributedInfo": {"rank": s, "world_size": p, "backend": "nccl"},
+               "traceEvents": events}
+        (folder / f"rank{s}.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _x(cat: str, name: str, pid: int, tid: int, start_ns: int, dur_ns: int, corr: int | None = None) -> dict:
+    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": start_ns / 1000, "dur": dur_ns / 1000}
+    if corr is not None:
+        event["args"] = {"correlation": corr}
+    return event

@@ -1,0 +1,121 @@
+"""Pipeline metrics on synthetic traces whose timelines are known exactly, and on real CPU pipeline runs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from conftest import shared
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from synth import simulate, write_pipeline
+
+from pipebubble.analysis.pipeline_report import pipeline_section
+from pipebubble.ingest import load
+
+
+def analyse(folder):
+    return pipeline_section(load([folder], use_cache=False).spans)
+
+
+def exact_bubble(section) -> Fraction:
+    p = section.pipeline
+    return Fraction(sum(s.idle_ns for s in section.stages), p.stages * p.window_ns)
+
+
+@pytest.mark.parametrize("p, m", [(4, 8), (2, 2), (3, 5), (8, 16)])
+def test_gpipe_equal_stages_is_exactly_theory(tmp_path, p, m):
+    section = analyse(write_pipeline(tmp_path, simulate("gpipe", p, m, [10_000] * p, [20_000] * p)))
+    assert exact_bubble(section) == Fraction(p - 1, m + p - 1)
+    pipe = section.pipeline
+    assert (pipe.stages, pipe.microbatches, pipe.schedule) == (p, m, "gpipe")
+    assert pipe.theoretical_bubble_fraction == pytest.approx(float(Fraction(p - 1, m + p - 1)))
+    assert pipe.excess_bubble_fraction == pytest.approx(0, abs=1e-12)
+
+
+def test_hand_computed_gpipe_two_stages(tmp_path):
+    """p=2, m=2, F=10 µs, B=20 µs. Stage 0: F0 0-10, F1 10-20, B0 50-70, B1 70-90.
+    Stage 1: F0 10-20, F1 20-30, B0 30-50, B1 50-70. Window 0-90 µs."""
+    section = analyse(write_pipeline(tmp_path, simulate("gpipe", 2, 2, [10_000] * 2, [20_000] * 2)))
+    s0, s1 = section.stages
+    assert (s0.busy_ns, s0.fill_ns, s0.drain_ns, s0.steady_idle_ns, s0.idle_ns) == (60_000, 0, 0, 30_000, 30_000)
+    assert (s1.busy_ns, s1.fill_ns, s1.drain_ns, s1.steady_idle_ns, s1.idle_ns) == (60_000, 10_000, 20_000, 0, 30_000)
+    assert (s0.forward_ns, s0.backward_ns) == (20_000, 40_000)
+    assert section.pipeline.window_ns == 90_000 and s0.utilization == pytest.approx(60 / 90)
+    waits = [(w.stage, w.cause, w.dur_ns) for w in section.waits]
+    assert (0, "downstream", 30_000) in waits and (1, "fill", 10_000) in waits and (1, "drain", 20_000) in waits
+
+
+def test_imbalanced_stage(tmp_path):
+    forward = [10_000, 10_000, 16_000, 10_000]
+    section = analyse(write_pipeline(tmp_path, simulate("1f1b", 4, 8, forward, [2 * f for f in forward])))
+    pipe = section.pipeline
+    busy = [s.busy_ns for s in section.stages]
+    assert busy == [8 * 3 * f for f in forward]
+    assert pipe.imbalance == pytest.approx(max(busy) / (sum(busy) / 4))
+    assert pipe.throughput_bound == pytest.approx(1e9 / max(busy))
+    assert pipe.bubble_fraction > pipe.theoretical_bubble_fraction
+    assert pipe.excess_causes["imbalance"] == pytest.approx(pipe.excess_bubble_fraction)
+    assert pipe.schedule == "1f1b"
+
+
+def test_spinning_comm_kernels_are_comm_not_compute(tmp_path):
+    plain = analyse(write_pipeline(tmp_path / "a", simulate("gpipe", 4, 4, [10_000] * 4, [20_000] * 4)))
+    spun = analyse(write_pipeline(tmp_path / "b", simulate("gpipe", 4, 4, [10_000] * 4, [20_000] * 4),
+                                  spin_before_forward=5_000))
+    assert [s.busy_ns for s in spun.stages] == [s.busy_ns for s in plain.stages]
+    assert [s.idle_ns for s in spun.stages] == [s.idle_ns for s in plain.stages]
+    assert spun.stages[0].comm_ns == 0 and all(s.comm_ns > 0 for s in spun.stages[1:])
+    assert spun.pipeline.bubble_fraction == plain.pipeline.bubble_fraction
+
+
+@pytest.mark.parametrize("schedule, chunks, expected", [("1f1b", 1, "1f1b"), ("interleaved_1f1b", 2, "interleaved_1f1b"),
+                                                         ("zero_bubble", 1, "zero_bubble")])
+def test_schedules_detected(tmp_path, schedule, chunks, expected):
+    weight = [10_000] * 4 if schedule == "zero_bubble" else None
+    sim = simulate(schedule, 4, 8, [10_000] * 4, [10_000 if weight else 20_000] * 4, chunks, weight)
+    pipe = analyse(write_pipeline(tmp_path, sim)).pipeline
+    assert (pipe.schedule, pipe.chunks, pipe.microbatches) == (expected, chunks, 8)
+    assert pipe.bubble_fraction == pytest.approx(sim.bubble_fraction)
+
+
+def test_gpu_cost(tmp_path):
+    from pipebubble.analysis.pipeline_report import PipelineOptions
+
+    folder = write_pipeline(tmp_path, simulate("gpipe", 4, 8, [10_000] * 4, [20_000] * 4))
+    pipe = pipeline_section(load([folder]).spans, PipelineOptions(gpu_cost=3.0)).pipeline
+    utilization = 1 - 3 / 11
+    assert pipe.effective_price_per_useful_gpu_hour == pytest.approx(3.0 / utilization)
+    assert pipe.idle_cost_per_hour == pytest.approx(3.0 * 4 * 3 / 11)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(p=st.integers(2, 5), m=st.integers(1, 8), schedule=st.sampled_from(["gpipe", "1f1b"]),
+       forward=st.lists(st.integers(1_000, 50_000), min_size=5, max_size=5),
+       ratio=st.integers(1, 3), data=st.data())
+def test_properties(tmp_path_factory, p, m, schedule, forward, ratio, data):
+    folder = tmp_path_factory.mktemp("prop")
+    sim = simulate(schedule, p, m, forward[:p], [f * ratio for f in forward[:p]])
+    section = analyse(write_pipeline(folder, sim))
+    window = section.pipeline.window_ns
+    for s in section.stages:
+        assert s.busy_ns + s.idle_ns == window
+        assert s.fill_ns + s.drain_ns <= s.idle_ns
+        assert s.steady_idle_ns >= 0
+    assert 0 <= section.pipeline.bubble_fraction < 1
+    assert section.pipeline.bubble_fraction == pytest.approx(sim.bubble_fraction)
+
+
+def test_shared_cpu_pipelines():
+    gpipe = analyse(shared("pipeline_cpu", "gpipe")).pipeline
+    assert (gpipe.stages, gpipe.microbatches, gpipe.schedule) == (4, 8, "gpipe")
+    inter = analyse(shared("pipeline_cpu", "interleaved1f1b")).pipeline
+    assert (inter.stages, inter.microbatches, inter.schedule, inter.chunks) == (4, 8, "interleaved_1f1b", 2)
+    one = analyse(shared("pipeline_cpu", "1f1b")).pipeline
+    assert one.stages == 4 and one.microbatches_inferred and one.microbatches and one.schedule == "1f1b"
+    assert any("inferred" in note for note in one.notes)
+
+
+def test_not_a_pipeline_gives_nothing():
+    section = analyse(shared("kineto", "resnet_v100_ns_resolution.json.gz"))
+    assert section.pipeline is None and section.stages == [] and section.waits == []
