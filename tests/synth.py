@@ -18,13 +18,16 @@ LAUNCH_NS = 1_000  # the launch call starts this long before its kernel
 def simulate(schedule: str, p: int, m: int, forward, backward, chunks: int = 1, weight=None):
     """Timed actions of ``schedule`` with per-stage forward/backward(/weight) ns (same for every micro-batch)."""
     times = whatif.StageTimes(
-        tuple((f,) * m for f in forward), tuple((b,) * m for b in backward),
-        tuple((w,) * m for w in weight) if weight else None)
+        tuple((f,) * m for f in forward),
+        tuple((b,) * m for b in backward),
+        tuple((w,) * m for w in weight) if weight else None,
+    )
     return whatif.simulate(schedules.make_schedule(schedule, p, m, chunks), times)
 
 
-def write_pipeline(folder: Path, sim, *, labels: bool = True, spin_before_forward: int = 0,
-                   offset_ns: int = 1_000_000) -> Path:
+def write_pipeline(
+    folder: Path, sim, *, labels: bool = True, spin_before_forward: int = 0, offset_ns: int = 1_000_000
+) -> Path:
     """One ``rank{s}.json`` per stage. ``spin_before_forward`` ns of ``ncclDevKernel_SendRecv`` end where
     each forward of stages > 0 starts (a receive spinning while it waits for its activation)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -43,10 +46,15 @@ def write_pipeline(folder: Path, sim, *, labels: bool = True, spin_before_forwar
         events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, start, end - start, corr=corr))
         if spin_before_forward and a.phase == "F" and s > 0:
             spin = min(spin_before_forward, start - offset_ns)
-            events.append(_x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 1))
+            events.append(
+                _x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 1)
+            )
     for s, events in per_stage.items():
-        doc = {"schemaVersion": 1, "distributedInfo": {"rank": s, "world_size": p, "backend": "nccl"},
-               "traceEvents": events}
+        doc = {
+            "schemaVersion": 1,
+            "distributedInfo": {"rank": s, "world_size": p, "backend": "nccl"},
+            "traceEvents": events,
+        }
         (folder / f"rank{s}.json").write_text(json.dumps(doc))
     return folder
 

@@ -61,16 +61,19 @@ def test_imbalanced_stage(tmp_path):
 
 def test_spinning_comm_kernels_are_comm_not_compute(tmp_path):
     plain = analyse(write_pipeline(tmp_path / "a", simulate("gpipe", 4, 4, [10_000] * 4, [20_000] * 4)))
-    spun = analyse(write_pipeline(tmp_path / "b", simulate("gpipe", 4, 4, [10_000] * 4, [20_000] * 4),
-                                  spin_before_forward=5_000))
+    spun = analyse(
+        write_pipeline(tmp_path / "b", simulate("gpipe", 4, 4, [10_000] * 4, [20_000] * 4), spin_before_forward=5_000)
+    )
     assert [s.busy_ns for s in spun.stages] == [s.busy_ns for s in plain.stages]
     assert [s.idle_ns for s in spun.stages] == [s.idle_ns for s in plain.stages]
     assert spun.stages[0].comm_ns == 0 and all(s.comm_ns > 0 for s in spun.stages[1:])
     assert spun.pipeline.bubble_fraction == plain.pipeline.bubble_fraction
 
 
-@pytest.mark.parametrize("schedule, chunks, expected", [("1f1b", 1, "1f1b"), ("interleaved_1f1b", 2, "interleaved_1f1b"),
-                                                         ("zero_bubble", 1, "zero_bubble")])
+@pytest.mark.parametrize(
+    "schedule, chunks, expected",
+    [("1f1b", 1, "1f1b"), ("interleaved_1f1b", 2, "interleaved_1f1b"), ("zero_bubble", 1, "zero_bubble")],
+)
 def test_schedules_detected(tmp_path, schedule, chunks, expected):
     weight = [10_000] * 4 if schedule == "zero_bubble" else None
     sim = simulate(schedule, 4, 8, [10_000] * 4, [10_000 if weight else 20_000] * 4, chunks, weight)
@@ -90,9 +93,14 @@ def test_gpu_cost(tmp_path):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(p=st.integers(2, 5), m=st.integers(1, 8), schedule=st.sampled_from(["gpipe", "1f1b"]),
-       forward=st.lists(st.integers(1_000, 50_000), min_size=5, max_size=5),
-       ratio=st.integers(1, 3), data=st.data())
+@given(
+    p=st.integers(2, 5),
+    m=st.integers(1, 8),
+    schedule=st.sampled_from(["gpipe", "1f1b"]),
+    forward=st.lists(st.integers(1_000, 50_000), min_size=5, max_size=5),
+    ratio=st.integers(1, 3),
+    data=st.data(),
+)
 def test_properties(tmp_path_factory, p, m, schedule, forward, ratio, data):
     folder = tmp_path_factory.mktemp("prop")
     sim = simulate(schedule, p, m, forward[:p], [f * ratio for f in forward[:p]])
