@@ -139,6 +139,12 @@ def test_pipeline_workload_labels_every_microbatch(tmp_path):
         assert labels == {f"PP:{rank}{phase}{mb}" for phase in "FB" for mb in range(8)}
         assert events(trace)["distributedInfo"]["rank"] == rank
     assert json.loads(result.metadata.read_text())["workload"]["schedule"] == "1f1b"
+    # ... and reads back through the analysis as the pipeline it is.
+    from pipebubble.analyze import analyze
+    from pipebubble.ingest import load
+
+    pipe = analyze(load([options.out], use_cache=False)).pipeline
+    assert (pipe.stages, pipe.microbatches, pipe.schedule, pipe.microbatches_inferred) == (4, 8, "1f1b", False)
 
 
 def test_cli_rejects_a_workload_and_a_command_together(tmp_path):

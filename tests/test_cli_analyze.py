@@ -36,10 +36,10 @@ def test_json_report_contract():
 
 
 def test_text_is_plain_when_piped_and_fits_the_width():
-    proc = run_cli("analyze", str(SAMPLE), env={"COLUMNS": "80"})
+    proc = run_cli("analyze", str(SAMPLE), "--width", "80")
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout and "Lanes" in proc.stdout and "rank0/" in proc.stdout
-    assert max(len(line) for line in proc.stdout.splitlines()) <= 120
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
 
 
 def test_help_shows_examples():
@@ -81,3 +81,21 @@ def test_parallel_block_decoding_matches_serial(tmp_path, monkeypatch, workers):
     monkeypatch.setattr("pipebubble.ingest._worth_splitting", lambda p: True)
     split = load([path], use_cache=False, workers=workers).spans
     assert split.equals(serial) and serial.height == 2000
+
+
+def test_bundled_samples_read_as_the_pipelines_they_are():
+    from pipebubble.analyze import analyze
+
+    for name, schedule in [("pipeline_1f1b", "1f1b"), ("pipeline_gpipe", "gpipe"),
+                           ("pipeline_1f1b_imbalanced", "1f1b")]:
+        pipe = analyze(load([ROOT / "sample_traces" / name])).pipeline
+        assert (pipe.stages, pipe.microbatches, pipe.schedule) == (4, 8, schedule), name
+        assert pipe.theoretical_bubble_fraction == pytest.approx(3 / 11)
+
+
+def test_text_report_shows_pipeline_sections():
+    proc = run_cli("analyze", str(ROOT / "sample_traces" / "pipeline_1f1b"), "--width", "100")
+    assert proc.returncode == 0, proc.stderr
+    for heading in ("p=4 stages, m=8 micro-batches, 1f1b", "Timeline", "Stages", "Biggest waits", "What if"):
+        assert heading in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 100
