@@ -107,7 +107,8 @@ def find_steps(spans: pl.DataFrame, step_regex: str | None = None) -> pl.DataFra
     patterns = (("custom", step_regex),) if step_regex else LABEL_PATTERNS
     frames = [f for source, regex in patterns if not (f := _parse(labels, source, regex)).is_empty()]
     if not frames:
-        return pl.DataFrame(schema={c: pl.Int64 for c in STEP_COLUMNS})
+        text = {"lane", "name", "cls", "source_label"}
+        return pl.DataFrame(schema={c: pl.String if c in text else pl.Int64 for c in STEP_COLUMNS})
     found = _innermost(pl.concat(frames, how="vertical_relaxed").unique(["lane", "start", "end"], keep="first"))
     return found.sort("lane", "start").with_columns(
         cls=_classify(), step=pl.int_range(pl.len()).cast(pl.Int64)).select(STEP_COLUMNS)

@@ -1,0 +1,171 @@
+"""Prefill/decode interference: exact numbers on hand-built label sequences, the project's serving captures
+(chunked prefill against whole-prompt prefill) and a real SGLang trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipebubble.analysis.interference import interference
+from pipebubble.analysis.steps_llm import find_steps
+from pipebubble.ingest import load
+from pipebubble.spans import conform, empty
+from tests.conftest import ROOT, shared
+
+MS = 1_000_000
+LANE = "rank0/pid1/tid1"
+
+
+def labels(names_ms: list[tuple[str, float]], gap_ms: float = 1.0, lane: str = LANE) -> pl.DataFrame:
+    """Back-to-back CPU step ranges on one thread: (label, duration ms), ``gap_ms`` apart."""
+    rows, t = [], 0
+    for name, dur in names_ms:
+        rows.append({"kind": "annotation", "name": name, "start": t, "end": t + int(dur * MS), "lane": lane,
+                     "pid": 1, "tid": 1, "rank": 0, "source": "t.json"})
+        t += int(dur * MS) + int(gap_ms * MS)
+    return conform(pl.DataFrame(rows))
+
+
+def vllm(c: int, ctx: int, g: int) -> str:
+    return f"execute_context_{c}({ctx})_generation_{g}({g})"
+
+
+SEQUENCE = [(vllm(1, 100, 0), 10), (vllm(0, 0, 1), 2), (vllm(1, 50, 1), 6), (vllm(0, 0, 2), 4),
+            (vllm(2, 80, 2), 8), (vllm(0, 0, 0), 1), (vllm(0, 0, 2), 3)]
+
+
+def test_vllm_labels_give_exact_counts_and_medians():
+    report, segments = interference(labels(SEQUENCE))
+    assert report["steps"] == 7
+    assert report["iterations"] == {"prefill": 1, "decode": 3, "mixed": 2, "idle": 1}
+    assert report["source"] == "labels:vllm"
+    assert report["step_ms"]["decode"]["p50"] == 3.0  # 2, 3, 4
+    assert report["step_ms"]["mixed"]["p50"] == 7.0  # 6, 8
+    assert report["decode_slowdown_when_mixed"] == pytest.approx(7 / 3, abs=1e-4)
+    # Decode-carrying steps end at 13, 20, 25, 34, 40 ms (1 ms gaps): intervals 7, 5, 9, 6 ms.
+    assert report["tbt_intervals"] == 4
+    assert report["tbt_ms"]["p50"] == 6.5
+    assert report["gpu_idle_between_steps_ns"] is None  # CPU only
+    assert [s.phase for s in segments] == ["prefill", "decode", "mixed", "decode", "mixed", "decode"]
+    assert {s.stage for s in segments} == {0}
+    assert [s.step for s in segments] == [0, 1, 2, 3, 4, 6]
+
+
+def test_worst_episodes_are_the_intervals_holding_prompt_work():
+    report, _ = interference(labels(SEQUENCE))
+    worst = report["worst_episodes"]
+    # Intervals holding prompt work: 7 ms (mixed, 50 tok) and 9 ms (mixed, 80 tok); the pure-decode ones: 5, 6.
+    assert [(e["dur_ns"], e["class"], e["prefill_tokens"]) for e in worst] == [(9 * MS, "mixed", 80),
+                                                                              (7 * MS, "mixed", 50)]
+    assert worst[0]["slowdown"] == pytest.approx(9 / 5.5, abs=1e-4)
+    assert report["decode_slowdown_when_prefill"] == pytest.approx(8 / 5.5, abs=1e-4)
+
+
+def test_stalls_behind_whole_prompt_steps():
+    seq = [(vllm(0, 0, 4), 2)] * 5 + [(vllm(1, 400, 0), 20), (vllm(0, 0, 4), 2), (vllm(0, 0, 4), 2)]
+    report, _ = interference(labels(seq, gap_ms=0))
+    assert report["decode_slowdown_when_mixed"] is None  # nothing mixed
+    assert report["generation_stalls"] == 1  # the 22 ms interval, 11x the 2 ms median
+    assert report["decode_slowdown_when_prefill"] == pytest.approx(11.0)
+    assert report["worst_episodes"][0]["class"] == "prefill"
+
+
+def test_fit_recovers_per_token_cost_and_slo_chunk():
+    # dur = 1 ms + 0.02 ms/token + 0.5 ms/decode request, exactly.
+    combos = [(0, 4), (0, 8), (100, 4), (300, 0), (200, 8), (500, 2)]
+    seq = [(vllm(1 if p else 0, p, d), 1 + 0.02 * p + 0.5 * d) for p, d in combos]
+    report, _ = interference(labels(seq), tbt_slo_ms=10.0)
+    assert report["ms_per_1k_prefill_tokens"] == pytest.approx(20.0, abs=1e-3)
+    assert report["ms_per_decode_request"] == pytest.approx(0.5, abs=1e-3)
+    # Median decode batch over decode-carrying steps (4, 8, 4, 8, 2) is 4: (10 − 1 − 2) / 0.02 = 350 tokens.
+    assert report["chunk_for_slo_tokens"] == 350
+    assert report["tbt_slo_ms"] == 10.0
+
+
+def test_sglang_trtllm_and_detailed_vllm_labels():
+    seq = [("step[EXTEND bs=2 toks=300]", 5), ("step[DECODE bs=4]", 1), ("step[MIXED bs=5]", 3),
+           ("step[IDLE bs=0]", 1), ("[Executor] _forward_step 7: 2 ctx reqs, 3 gen reqs", 4),
+           ("[Executor] _forward_step 8: 0 ctx reqs, 0 ctx tokens, 32 gen reqs", 1),
+           ("execute_1025_context_1(sq1024sk1024sqsq1048576sqsk1048576)_generation_1(sq1sk900sqsq1sqsk900)", 6)]
+    steps = find_steps(labels(seq))
+    assert steps["cls"].to_list() == ["prefill", "decode", "mixed", "idle", "mixed", "decode", "mixed"]
+    assert steps["prefill_tokens"].to_list() == [300, None, None, None, None, 0, 1024]
+    assert steps["decode_reqs"].to_list() == [None, 4, None, None, 3, 32, 1]
+    assert steps["source_label"].to_list() == ["sglang"] * 4 + ["trtllm"] * 2 + ["vllm"]
+    report, _ = interference(labels(seq))
+    assert report["source"] == "labels:sglang+labels:trtllm+labels:vllm"
+
+
+def test_nested_labels_of_one_step_count_once():
+    outer = labels([("execute_300_context_2(sq300sk300sqsq1sqsk1)_generation_0(sq0sk0sqsq0sqsk0)", 10)])
+    inner = labels([("step[EXTEND bs=2 toks=300]", 4)]).with_columns(pl.col("start") + 3 * MS,
+                                                                      pl.col("end") + 3 * MS)
+    steps = find_steps(pl.concat([outer, inner]))
+    assert steps.select("name", "prefill_reqs", "prefill_tokens").rows() == [("step[EXTEND bs=2 toks=300]", 2, 300)]
+
+
+def test_custom_regex():
+    seq = [("engine.step P=128 D=0", 5), ("engine.step P=0 D=6", 1), ("engine.step P=32 D=6", 2)]
+    regex = r"^engine\.step P=(?P<prefill_tokens>\d+) D=(?P<decode_reqs>\d+)$"
+    report, _ = interference(labels(seq), step_regex=regex)
+    assert report["iterations"] == {"prefill": 1, "decode": 1, "mixed": 1, "idle": 0}
+    assert report["source"] == "labels:custom"
+    assert interference(labels(SEQUENCE), step_regex=regex) == (None, [])
+
+
+def gpu_trace() -> pl.DataFrame:
+    """Two steps on one thread, each launching two kernels on GPU 3 (Kineto-style: GPU pid null)."""
+    cpu = labels([(vllm(1, 64, 0), 10), (vllm(0, 0, 2), 10)], gap_ms=0)
+    rows = []
+    for corr, launch_ms, k0, k1 in ((1, 1, 2, 5), (2, 3, 5, 9), (3, 11, 12, 14), (4, 12, 14, 15)):
+        rows.append({"kind": "runtime", "name": "cudaLaunchKernel", "start": launch_ms * MS,
+                     "end": launch_ms * MS + 1000, "lane": LANE, "pid": 1, "tid": 1, "correlation": corr})
+        rows.append({"kind": "kernel", "name": "k", "start": k0 * MS, "end": k1 * MS, "lane": "rank0/gpu3",
+                     "device": 3, "stream": 7, "correlation": corr})
+    gpu = conform(pl.DataFrame(rows).with_columns(source=pl.lit("t.json"), rank=pl.lit(0)))
+    return pl.concat([cpu, gpu])
+
+
+def test_gpu_work_is_attributed_to_the_launching_step():
+    report, segments = interference(gpu_trace())
+    assert [(s.stage, s.start_ns, s.end_ns) for s in segments] == [(3, 2 * MS, 9 * MS), (3, 12 * MS, 15 * MS)]
+    assert report["gpu_idle_between_steps_ns"] == 3 * MS
+    assert report["gpu_step_ms"] == {"prefill": 7.0, "decode": 3.0}
+
+
+@pytest.mark.parametrize("frame", [empty(), labels([("forward", 1)])], ids=["empty", "one-span"])
+def test_degenerate_tables(frame):
+    assert interference(frame) == (None, [])
+
+
+def serve(folder: str) -> dict:
+    report, _ = interference(load(sorted((ROOT / "sample_traces" / folder).glob("*.json.gz"))).spans)
+    return report
+
+
+def test_chunked_prefill_lowers_interference_on_our_serving_captures():
+    plain, chunked = serve("serve"), serve("serve_chunked_prefill")
+    assert plain["iterations"]["mixed"] == 0 and chunked["iterations"]["mixed"] > 5
+    # Whole-prompt steps stall the decodes (no mixed steps); chunking spreads prompts over mixed steps.
+    assert plain["decode_slowdown_when_mixed"] is None
+    assert chunked["decode_slowdown_when_mixed"] < 0.7 * plain["decode_slowdown_when_prefill"]
+    assert chunked["decode_slowdown_when_prefill"] < 0.7 * plain["decode_slowdown_when_prefill"]
+    assert chunked["tbt_ms"]["p99"] < 0.7 * plain["tbt_ms"]["p99"]
+
+
+def test_sglang_trace_yields_its_extend_step():
+    path = shared("inference", "sglang_qwen3_8b_prefill_decode.json.gz")
+    spans = load([Path(path)]).spans
+    steps = find_steps(spans)
+    # The capture holds one labelled forward: step[EXTEND ...] nested in a vLLM-style range; no DECODE label.
+    assert steps.select("name", "cls", "prefill_reqs", "prefill_tokens").rows() == [
+        ("step[EXTEND bs=15 toks=15360]", "prefill", 15, 15360)]
+    report, segments = interference(spans)
+    assert report["source"] == "labels:sglang"
+    assert report["iterations"] == {"prefill": 1, "decode": 0, "mixed": 0, "idle": 0}
+    assert report["step_ms"]["prefill"]["p50"] == pytest.approx(28.92, abs=0.01)
+    # The GPU runs the 36 layers long after the CPU range closes (nothing synchronises inside it).
+    assert report["gpu_step_ms"]["prefill"] > 400
+    assert [(s.stage, s.phase) for s in segments] == [(9, "prefill")]
