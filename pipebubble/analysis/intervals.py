@@ -10,18 +10,18 @@ import polars as pl
 
 
 def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "end") -> pl.DataFrame:
-    """Merged (union) intervals per group: columns ``by`` + ``start``, ``end``, sorted."""
+    """Merged (union) intervals per group: columns ``by`` + ``start``, ``end``, sorted. Pieces are contiguous
+    after the sort, so the k-th row that opens a piece pairs with the k-th row that closes one (no group-by)."""
     if frame.is_empty():
         return frame.select(*by, start, end).clear()
     ordered = frame.select(*by, start, end).sort(*by, start)
-    reach = pl.col(end).cum_max().shift(1).over(by)
-    new = (pl.col(start) > reach).fill_null(True)
-    grouped = ordered.with_columns(piece=new.cast(pl.Int64).cum_sum().over(by))
-    return (
-        grouped.group_by(*by, "piece", maintain_order=True)
-        .agg(pl.col(start).min(), pl.col(end).max())
-        .drop("piece")
-    )
+    reach = pl.col(end).cum_max().over(by)
+    opens = (pl.col(start) > reach.shift(1).over(by)).fill_null(True)
+    ordered = ordered.with_columns(reach=reach).with_columns(opens=opens)
+    closes = pl.col("opens").shift(-1).fill_null(True)
+    heads = ordered.filter("opens").select(*by, start)
+    tails = ordered.filter(closes).select(pl.col("reach").alias(end))
+    return heads.with_columns(tails[end])
 
 
 def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -12,6 +12,7 @@ from pipebubble.cli.output import console_wants_color, ingest_with_progress, wri
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
+SERVING = "LLM serving"
 
 
 class Format(str, Enum):
@@ -57,6 +58,11 @@ def analyze(
                                                   rich_help_panel=PIPELINE)] = 0.01,
     gpu_cost: Annotated[float | None, typer.Option(help="USD per GPU-hour: idle dollars and the price of a useful "
                                                    "GPU-hour.", rich_help_panel=PIPELINE)] = None,
+    step_regex: Annotated[str | None, typer.Option(help="Regex for engine step labels, named groups mode, "
+                                                   "prefill_tokens, decode_reqs (serving traces).",
+                                                   rich_help_panel=SERVING)] = None,
+    tbt_slo: Annotated[float | None, typer.Option(help="Time-between-tokens target in ms: the prefill chunk "
+                                                  "that keeps steps under it.", rich_help_panel=SERVING)] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -72,16 +78,20 @@ def analyze(
       pipebubble analyze runs/ --format json | jq '.pipeline | {bubble_fraction, theoretical_bubble_fraction}'
 
       pipebubble analyze runs/ -o report.html
+
+      pipebubble analyze sample_traces/serve_chunked_prefill --tbt-slo 20
     """
     from pipebubble import render
     from pipebubble.analysis.pipeline_report import PipelineOptions
+    from pipebubble.analyze import ServingOptions
     from pipebubble.analyze import analyze as build
     from pipebubble.stages import StageOptions, parse_rule
 
     stages = StageOptions(stage_by.value if stage_by else None, tuple(parse_rule(r) for r in stage or ()),
                           pp_size, rank_order, microbatch_regex)
     options = PipelineOptions(stages, wait_threshold, gpu_cost)
-    report = build(ingest_with_progress(paths, use_cache=not no_cache, quiet=quiet), options)
+    serving = ServingOptions(step_regex, tbt_slo)
+    report = build(ingest_with_progress(paths, use_cache=not no_cache, quiet=quiet), options, serving)
     fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
     try:
         text = render.render(report, fmt, width=width, color=output is None and console_wants_color(),
