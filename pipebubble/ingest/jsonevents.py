@@ -93,6 +93,8 @@ def decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     """Columns (``COLUMNS``) of the kept events in ``block`` (a JSON array) and a count of every phase."""
     try:
         events = _FAST.decode(block)
+    except UnicodeDecodeError:  # invalid UTF-8 in a name: keep the event, replace the bad bytes
+        return decode_block(block.decode("utf-8", "replace").encode())
     except msgspec.ValidationError:
         return _tolerant(block)
     by_type = Counter(map(type, events))

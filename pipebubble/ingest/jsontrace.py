@@ -251,8 +251,6 @@ def _try_file_block(path: str, offset: int, length: int) -> tuple[pl.DataFrame, 
 def _try_block(block: bytes) -> tuple[pl.DataFrame, Counter] | Exception:
     try:
         return decode_block(block)
-    except UnicodeDecodeError:  # invalid UTF-8 in a name: keep the event, replace the bad bytes
-        return _try_block(block.decode("utf-8", "replace").encode())
     except msgspec.DecodeError as exc:  # ValidationError included
         return exc
 

@@ -20,16 +20,19 @@ from pipebubble.report import Report
 NARROW = 100  # below this width the utilization bars get shorter
 
 
-def table(section: Section, width: int) -> Table:
+def table(section: Section, width: int) -> RenderableType:
     out = Table(title=section.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                 show_edge=False, expand=False)
     for i, col in enumerate(section.columns):
-        wide = col in ("before", "after", "note", "lane", "change")
-        out.add_column(col, justify="right" if i in section.numeric else "left", no_wrap=not wide,
-                       overflow="ellipsis" if wide else "fold", max_width=max(width // 4, 12) if wide else None)
+        # names of kernels and passes can be long: cut them; a lane name must stay whole, so it folds
+        cut = col in ("before", "after", "change")
+        out.add_column(col, justify="right" if i in section.numeric else "left", no_wrap=not cut and col != "lane",
+                       overflow="ellipsis" if cut else "fold", max_width=max(width // 4, 12) if cut else None)
     for row in section.rows:
         out.add_row(*row)
-    return out
+    if not section.notes:
+        return out
+    return Group(out, *(Text(note, style="dim") for note in sections.footnotes(section)))
 
 
 def timeline_block(report: Report, width: int, *, step: int | None, window: tuple[int, int] | None,
@@ -89,7 +92,8 @@ def renderable(report: Report, width: int, *, step: int | None = None, window: t
         if section.rows:
             parts.append(table(section, width))
     parts += interference_block(report, width)
-    parts.append(table(sections.lane_table(report), width))
+    if report.lanes:
+        parts.append(table(sections.lane_table(report), width))
     return Group(*_spaced(parts))
 
 

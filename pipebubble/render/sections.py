@@ -1,0 +1,169 @@
+"""The report's sections as plain strings (facts and tables), laid out by each renderer in its own way.
+
+Only formatting happens here: every number is read from the Report as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipebubble.report import Report
+
+TOP_WAITS = 10
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: frozenset[int] = frozenset()  # right-aligned column indexes
+    notes: tuple[str, ...] = ()  # footnotes, referred to as [1], [2] in the rows
+
+
+def ms(ns: int | float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.2f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"  # no space: a line never wraps between number and sign
+
+
+def num(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
+
+
+def bar(fraction: float, width: int = 10) -> str:
+    full = round(max(0.0, min(fraction, 1.0)) * width)
+    return "█" * full + "░" * (width - full)
+
+
+def header(report: Report) -> list[str]:
+    """One line per fact about the pipeline: shape, bubble vs theory, utilization, bounds, cost."""
+    p = report.pipeline
+    if p is None:
+        return []
+    m = "?" if p.microbatches is None else f"{p.microbatches}" + (" (inferred)" if p.microbatches_inferred else "")
+    sched = (p.schedule or "unknown schedule") + (f", v={p.chunks} chunks" if p.chunks > 1 else "")
+    theory = f" vs {pct(p.theoretical_bubble_fraction)} in theory" if p.theoretical_bubble_fraction is not None else ""
+    lines = [f"pipeline: p={p.stages} stages, m={m} micro-batches, {sched}",
+             f"bubble: {pct(p.bubble_fraction)} measured{theory}" + _excess(p.excess_bubble_fraction,
+                                                                             p.excess_causes),
+             f"utilization {pct(1 - p.bubble_fraction)}, stage time CV {num(p.stage_time_cv)},"
+             f" imbalance {num(p.imbalance)}, throughput bound {num(p.throughput_bound)} steps/s"
+             + (f", step {ms(p.step_time_ns)} ms" if p.step_time_ns else "")]
+    if p.pipeline_efficiency is not None:
+        lines[-1] += f", efficiency {pct(p.pipeline_efficiency)}"
+    if p.idle_cost_per_hour is not None:
+        lines.append(f"idle cost: ${num(p.idle_cost_per_hour)}/hour, ${num(p.idle_cost_per_step, 4)}/step"
+                     + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful GPU-hour"
+                        if p.effective_price_per_useful_gpu_hour is not None else ""))
+    return lines + [f"note: {n}" for n in p.notes]
+
+
+def _excess(excess: float | None, causes: dict[str, float]) -> str:
+    if excess is None:
+        return ""
+    shown = [(k, v) for k, v in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])) if round(v, 3)]
+    parts = ", ".join(f"{k} {pct(v)}" for k, v in shown)  # causes that round to 0.0 % say nothing
+    return f" (excess {pct(excess)}" + (f": {parts})" if parts else ")")
+
+
+def stage_table(report: Report, bar_width: int = 10) -> Table:
+    rows = [[_stage_name(st.stage, st.name), ms(st.busy_ns), ms(st.comm_ns), ms(st.fill_ns), ms(st.drain_ns),
+             ms(st.steady_idle_ns), f"{pct(st.utilization)} {bar(st.utilization, bar_width)}"]
+            for st in report.stages]
+    return Table("Stages (ms over the step window)", ["stage", "busy", "comm", "fill", "drain", "steady idle",
+                                                      "utilization"], rows, frozenset(range(1, 6)))
+
+
+def _stage_name(stage: int, name: str) -> str:
+    """``s1`` as on the timeline, plus the stage's own name when it says more."""
+    short = f"s{stage}"
+    return short if not name or name == short else f"{short} {name}"
+
+
+def wait_table(report: Report, origin_ns: int) -> Table:
+    """The biggest waits (the report lists them biggest first); `at` is ms from the timeline's origin."""
+    rows = [[f"s{w.stage}", ms(w.start_ns - origin_ns), ms(w.dur_ns), w.cause, w.before or "-",
+             w.after or "-"] for w in report.waits[:TOP_WAITS]]
+    title = f"Biggest waits (top {min(TOP_WAITS, len(report.waits))} of {len(report.waits)})"
+    return Table(title, ["where", "at ms", "ms", "cause", "before", "after"], rows, frozenset({1, 2}))
+
+
+def recommendation_table(report: Report) -> Table:
+    """Notes are long and repeat across rows, so each distinct note is a footnote the rows point to."""
+    recs = report.pipeline.recommendations if report.pipeline else []
+    notes = tuple(dict.fromkeys(r.note for r in recs if r.note))
+    # a label may end in "→ bubble 12 %"; the bubble column says that already
+    rows = [[r.label.split(" → ")[0], r.schedule, str(r.microbatches), str(r.chunks), ms(r.step_time_ns),
+             pct(r.bubble_fraction), f"{r.speedup:.2f}x", _note_ref(notes, r.note)] for r in recs]
+    return Table("What if (simulated from the measured stage times)",
+                 ["change", "schedule", "m", "v", "step ms", "bubble", "speedup", "note"], rows,
+                 frozenset({2, 3, 4, 5, 6}), notes)
+
+
+def _note_ref(notes: tuple[str, ...], note: str) -> str:
+    return f"[{notes.index(note) + 1}]" if note else ""
+
+
+def footnotes(section: Table) -> list[str]:
+    return [f"[{i}] {note}" for i, note in enumerate(section.notes, 1)]
+
+
+def interference_facts(report: Report) -> list[str]:
+    """Serving: one line per fact present in the interference dict; missing keys are left out."""
+    it = report.interference or {}
+    facts = []
+    if "iterations" in it:
+        counts = ", ".join(f"{k} {v}" for k, v in it["iterations"].items())
+        facts.append(f"steps: {it.get('steps', '-')} ({counts})" + (f", from {it['source']}" if "source" in it
+                                                                      else ""))
+    simple = [("decode_slowdown_when_mixed", "decode slowdown when mixed with prefill", "x"),
+              ("generation_stalls", "generation stalls", ""), ("ms_per_1k_prefill_tokens",
+                                                               "ms per 1k prefill tokens", ""),
+              ("chunk_for_slo_tokens", "prefill chunk that meets the TBT SLO", " tokens"),
+              ("tbt_slo_ms", "TBT SLO", " ms"), ("step_cv", "step time CV", "")]
+    facts += [f"{text}: {num(it[key])}{unit}" for key, text, unit in simple if it.get(key) is not None]
+    if isinstance(it.get("tbt_ms"), dict):
+        facts.append("time between tokens: " + ", ".join(f"{k} {num(v)} ms" for k, v in it["tbt_ms"].items()))
+    if it.get("gpu_idle_between_steps_ns") is not None:
+        facts.append(f"GPU idle between steps: {ms(it['gpu_idle_between_steps_ns'])} ms")
+    return facts
+
+
+def step_table(report: Report) -> Table:
+    step_ms = (report.interference or {}).get("step_ms") or {}
+    qs = sorted({q for v in step_ms.values() for q in v})
+    rows = [[cls] + [num(v.get(q)) for q in qs] for cls, v in step_ms.items()]
+    return Table("Step time by class (ms)", ["class", *qs], rows, frozenset(range(1, len(qs) + 1)))
+
+
+def episode_table(report: Report, origin_ns: int) -> Table:
+    eps = (report.interference or {}).get("worst_episodes") or []
+    rows = [[ms(e["start_ns"] - origin_ns) if "start_ns" in e else "-", ms(e.get("dur_ns")), str(e.get("class", "-")),
+             num(e.get("prefill_tokens")), num(e.get("decode_requests")), _times(e.get("slowdown"))] for e in eps]
+    return Table("Worst interference episodes", ["at ms", "ms", "class", "prefill tokens", "decode reqs",
+                                                 "slowdown"], rows, frozenset({0, 1, 3, 4, 5}))
+
+
+def _times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def lane_table(report: Report) -> Table:
+    rows = [[ln.lane, ln.kind, ms(ln.busy_ns), ms(ln.idle_ns), ms(ln.window_ns), pct(ln.idle_fraction)]
+            for ln in report.lanes]
+    return Table("Lanes (busy = union of work; window = first to last busy instant)",
+                 ["lane", "kind", "busy ms", "idle ms", "window ms", "idle"], rows, frozenset({2, 3, 4, 5}))
+
+
+def ingest_lines(report: Report) -> list[str]:
+    ing = report.ingest
+    line = f"{len(ing.files)} file(s), {ing.events_read:,} events, {ing.spans:,} spans"
+    if ing.skipped:
+        line += "; not spans: " + ", ".join(f"{k} {v:,}" for k, v in ing.skipped.items())
+    return [line] + [f"warning: {w}" for w in ing.warnings]

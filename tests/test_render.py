@@ -1,0 +1,212 @@
+"""Renderers on fixed, hand-built reports: golden outputs, byte-identical reruns, width limits, HTML in Chromium.
+
+Regenerate the golden files after an intended change with ``PIPEBUBBLE_UPDATE_GOLDEN=1 pytest tests/test_render.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipebubble.render import format_from_suffix, render
+from pipebubble.report import (
+    IngestSummary,
+    Lane,
+    Pipeline,
+    Recommendation,
+    Report,
+    Segment,
+    Stage,
+    StepResult,
+    Wait,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000  # traces carry epoch-like clocks: the renderers must show times from the origin
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _ingest(files: int = 4) -> IngestSummary:
+    return IngestSummary(files=[f"rank{r}.json" for r in range(files)], events_read=1234, spans=1000,
+                         skipped={"metadata": 12}, warnings=[])
+
+
+def _lane(name: str, kind: str, busy: int, window: int, rank: int = 0, stream: int | None = None) -> Lane:
+    return Lane(name, kind, rank, 100 + rank, 100 + rank, 0 if kind == "gpu" else None, stream, busy, window - busy,
+                T0, T0 + window)
+
+
+def gpipe_schedule(p: int = 4, m: int = 4, f: int = 1 * MS, b: int = 2 * MS, comm: int = MS // 5) -> list[Segment]:
+    """GPipe: all forwards flow down the stages, then all backwards flow back up; a send after each pass."""
+    segs = []
+    for s in range(p):
+        for i in range(m):
+            start = T0 + (s + i) * (f + comm)
+            segs += [Segment(s, start, start + f, "forward", i, lane=f"rank{s}/gpu0/stream7"),
+                     Segment(s, start + f, start + f + comm, "comm", None, lane=f"rank{s}/gpu0/stream13")]
+        base = T0 + (p + m - 1) * (f + comm)
+        for i in range(m):
+            start = base + (p - 1 - s + i) * (b + comm)
+            segs.append(Segment(s, start, start + b, "backward", m - 1 - i, lane=f"rank{s}/gpu0/stream7"))
+    return sorted(segs, key=lambda g: (g.stage, g.start_ns))
+
+
+def gpipe_report() -> Report:
+    segs = gpipe_schedule()
+    start, end = T0, max(g.end_ns for g in segs)
+    stages = [Stage(s, f"stage{s}", [f"rank{s}/gpu0"], 12 * MS, int(1.6 * MS), end - start - 12 * MS,
+                    s * int(1.2 * MS), (3 - s) * int(2.2 * MS), int(0.5 * MS), 12 * MS / (end - start),
+                    forward_ns=4 * MS, backward_ns=8 * MS, microbatches=4) for s in range(4)]
+    waits = [Wait(3, T0 + int(3.6 * MS), int(3.6 * MS), "fill", None, "F0", step=0),
+             Wait(0, T0 + int(4.8 * MS), int(6.6 * MS), "downstream", "ncclDevKernel_SendRecv(...)", "B3", step=0),
+             Wait(1, T0 + int(6 * MS), int(2.2 * MS), "upstream", "F3", "B3", step=0),
+             Wait(2, T0 + int(9 * MS), int(0.4 * MS), "comm", "F3", "B3", step=0)]
+    pipeline = Pipeline(4, 4, "gpipe", 1, end - start, start, 0.4336, 3 / 7, 0.005, {"comm": 0.004, "upstream": 0.001},
+                        0.04, 1.08, 47.62, 0.93, steps=[StepResult(0, start, end, 0.4286)], step_time_ns=end - start,
+                        idle_cost_per_hour=12.5, idle_cost_per_step=0.0001,
+                        effective_price_per_useful_gpu_hour=5.25,
+                        recommendations=[Recommendation("m=16", "1f1b", 16, 1, 40 * MS, 0.158, 1.42),
+                                         Recommendation("interleave v=2", "interleaved_1f1b", 4, 2, 22 * MS, 0.27,
+                                                        1.1, "needs twice the model chunks")],
+                        notes=["micro-batches from PP: labels"])
+    lanes = [_lane(f"rank{r}/gpu0", "gpu", 12 * MS, end - start, r) for r in range(4)]
+    return Report(_ingest(), lanes, stages, pipeline, waits, None, segs)
+
+
+def serving_report() -> Report:
+    phases = ["prefill", "decode", "decode", "mixed", "decode", "decode", "decode", "prefill", "decode", "decode"]
+    segs, t = [], T0
+    for i, phase in enumerate(phases):
+        dur = {"prefill": 6 * MS, "mixed": 5 * MS, "decode": 2 * MS}[phase]
+        segs.append(Segment(0, t, t + dur, phase, step=i, lane="rank0/gpu0"))
+        t += dur + MS // 2
+    interference = {"steps": 10, "iterations": {"prefill": 2, "decode": 7, "mixed": 1, "idle": 0},
+                    "source": "labels:vllm", "step_ms": {"decode": {"p50": 2.0, "p90": 2.0, "p99": 2.0},
+                                                         "mixed": {"p50": 5.0, "p90": 5.0, "p99": 5.0}},
+                    "decode_slowdown_when_mixed": 2.5, "tbt_ms": {"p50": 2.5, "p99": 8.5}, "generation_stalls": 2,
+                    "ms_per_1k_prefill_tokens": 11.7, "chunk_for_slo_tokens": 512, "tbt_slo_ms": 50.0,
+                    "step_cv": 0.61, "gpu_idle_between_steps_ns": 4_500_000,
+                    "worst_episodes": [{"start_ns": T0 + 8 * MS, "dur_ns": 5 * MS, "class": "mixed",
+                                        "prefill_tokens": 256, "decode_requests": 3, "slowdown": 2.5}]}
+    lanes = [_lane("rank0/gpu0", "gpu", 31 * MS, t - T0), _lane("rank0/cpu/100", "cpu", 20 * MS, t - T0)]
+    return Report(_ingest(1), lanes, [], None, [], interference, segs)
+
+
+def lanes_report() -> Report:
+    lanes = [_lane("rank0/gpu0", "gpu", 8 * MS, 10 * MS), _lane("rank0/gpu0/stream7", "gpu", 8 * MS, 10 * MS,
+                                                                 stream=7),
+             _lane("rank0/cpu/100", "cpu", 3 * MS, 12 * MS)]
+    return Report(_ingest(1), lanes)
+
+
+REPORTS = {"gpipe": gpipe_report, "serving": serving_report, "lanes_only": lanes_report}
+FORMATS = {"text": "txt", "markdown": "md", "html": "html", "json": "json"}
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("PIPEBUBBLE_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run with PIPEBUBBLE_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", REPORTS)
+def test_golden(name, fmt):
+    check_golden(f"{name}.{FORMATS[fmt]}", render(REPORTS[name](), fmt, width=100))
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_colour_and_lanes_and_zoom_golden(name):
+    report = REPORTS[name]()
+    check_golden(f"{name}.lanes.txt", render(report, "text", width=80, lanes=True))
+    check_golden(f"{name}.window.txt", render(report, "text", width=80, window=(2 * MS, 9 * MS)))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", REPORTS)
+def test_twice_is_byte_identical(name, fmt):
+    assert render(REPORTS[name](), fmt, width=120, color=True) == render(REPORTS[name](), fmt, width=120, color=True)
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+@pytest.mark.parametrize("lanes", [False, True])
+@pytest.mark.parametrize("name", REPORTS)
+def test_text_never_wider_than_width(name, width, lanes):
+    text = render(REPORTS[name](), "text", width=width, lanes=lanes)
+    assert "\x1b[" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+
+
+def test_timeline_reads_without_colour():
+    text = render(gpipe_report(), "text", width=200)
+    rows = [line for line in text.splitlines() if line.lstrip().startswith("s") and "│" in line]
+    assert len(rows) == 4
+    assert "F0" in rows[0] and "B3" in rows[0] and "·" in rows[3] and "~" in rows[0]
+    assert "bubble: 43.4% measured vs 42.9% in theory" in text and "idle cost" in text
+
+
+def test_colour_adds_styles_only():
+    plain = render(gpipe_report(), "text", width=100)
+    coloured = render(gpipe_report(), "text", width=100, color=True)
+    assert "\x1b[" in coloured and "\x1b[" not in plain
+
+
+def test_step_zoom_and_unknown_step():
+    assert render(gpipe_report(), "text", width=100, step=0) != ""
+    with pytest.raises(ValueError, match="step 5"):
+        render(gpipe_report(), "text", width=100, step=5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("interference", [{}, {"steps": 3}, {"iterations": {"decode": 3}, "worst_episodes": [{}]}])
+def test_interference_with_missing_keys(fmt, interference):
+    assert render(replace(serving_report(), interference=interference), fmt, width=80)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_degenerate_report(fmt):
+    empty = Report(_ingest(0), [])
+    one = Report(_ingest(1), [], [Stage(0, "", [], 0, 0, 0, 0, 0, 0, 0.0)], None, [], None,
+                 [Segment(0, T0, T0, "forward", 0)])
+    assert render(empty, fmt, width=40) and render(one, fmt, width=40)
+
+
+def test_json_is_the_report():
+    assert json.loads(render(gpipe_report(), "json"))["pipeline"]["schedule"] == "gpipe"
+
+
+@pytest.mark.parametrize("path,fmt", [("r.md", "markdown"), ("r.html", "html"), ("r.htm", "html"),
+                                      ("r.json", "json"), ("r.txt", "text"), ("r.pftrace", None), ("r", None)])
+def test_format_from_suffix(path, fmt):
+    assert format_from_suffix(Path(path)) == fmt
+
+
+def test_html_is_self_contained():
+    html = render(gpipe_report(), "html")
+    assert "<svg" in html and "<title>" in html and "http://" not in html.replace("http://www.w3.org", "")
+    assert "https://" not in html and "<script src" not in html
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium is not installed")
+def test_html_renders_in_headless_chromium(tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text(render(gpipe_report(), "html"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run"]
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run([str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1200,1600",
+                           page.as_uri()], capture_output=True, timeout=120)
+    assert proc.returncode == 0 and shot.stat().st_size > 10_000, proc.stderr[-2000:]
+    dom = subprocess.run([str(CHROMIUM), *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    assert "<rect" in dom.stdout and "stage0" in dom.stdout
+
