@@ -6,8 +6,8 @@ dropping one bumps the version.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import Any, get_args, get_origin, get_type_hints
 
 from pipebubble.analysis.whatif import Recommendation  # noqa: F401  (part of the report)
 
@@ -146,8 +146,36 @@ class Report:
     timeline: list[Segment] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        return from_dict(cls, data)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: ``schema_version`` first, then the sections in the documented order."""
         body = asdict(self)
         version = body.pop("schema_version")
         return {"schema_version": version, **body}
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    """Rebuild a report dataclass (and everything nested in it) from its ``to_dict`` form, e.g. a saved
+    JSON report or a cached one. Keys the dataclass does not know (added by later versions) are ignored."""
+    if data is None or not is_dataclass(cls):
+        return data
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: _value(hints[k], v) for k, v in data.items() if k in known})
+
+
+def _value(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    args = [a for a in get_args(hint) if a is not type(None)]
+    origin = get_origin(hint)
+    if origin is list:
+        return [_value(args[0], v) for v in value]
+    if is_dataclass(hint):
+        return from_dict(hint, value)
+    if args and origin is not dict:  # X | None
+        return _value(args[0], value)
+    return value

@@ -82,16 +82,19 @@ def analyze(
       pipebubble analyze sample_traces/serve_chunked_prefill --tbt-slo 20
     """
     from pipebubble import render
-    from pipebubble.analysis.pipeline_report import PipelineOptions
-    from pipebubble.analyze import ServingOptions
-    from pipebubble.analyze import analyze as build
-    from pipebubble.stages import StageOptions, parse_rule
+    from pipebubble.ingest import cache, find_traces
+    from pipebubble.report import Report
 
-    stages = StageOptions(stage_by.value if stage_by else None, tuple(parse_rule(r) for r in stage or ()),
-                          pp_size, rank_order, microbatch_regex)
-    options = PipelineOptions(stages, wait_threshold, gpu_cost)
-    serving = ServingOptions(step_regex, tbt_slo)
-    report = build(ingest_with_progress(paths, use_cache=not no_cache, quiet=quiet), options, serving)
+    settings = {"stage_by": stage_by.value if stage_by else None, "stage": stage or [], "pp_size": pp_size,
+                "rank_order": rank_order, "microbatch_regex": microbatch_regex, "wait_threshold": wait_threshold,
+                "gpu_cost": gpu_cost, "step_regex": step_regex, "tbt_slo": tbt_slo}
+    key = None if no_cache else cache.report_key(find_traces(paths), settings)
+    cached = cache.get_report(key)
+    if cached is not None:
+        report = Report.from_dict(cached)
+    else:
+        report = _build(paths, settings, use_cache=not no_cache, quiet=quiet)
+        cache.put_report(key, report.to_dict())
     fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
     try:
         text = render.render(report, fmt, width=width, color=output is None and console_wants_color(),
@@ -99,6 +102,18 @@ def analyze(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     write_text(text, output)
+
+
+def _build(paths: list[Path], settings: dict, use_cache: bool, quiet: bool):
+    from pipebubble.analysis.pipeline_report import PipelineOptions
+    from pipebubble.analyze import ServingOptions, analyze
+    from pipebubble.stages import StageOptions, parse_rule
+
+    stages = StageOptions(settings["stage_by"], tuple(parse_rule(r) for r in settings["stage"]),
+                          settings["pp_size"], settings["rank_order"], settings["microbatch_regex"])
+    options = PipelineOptions(stages, settings["wait_threshold"], settings["gpu_cost"])
+    serving = ServingOptions(settings["step_regex"], settings["tbt_slo"])
+    return analyze(ingest_with_progress(paths, use_cache=use_cache, quiet=quiet), options, serving)
 
 
 def _window(text: str | None) -> tuple[int, int] | None:

@@ -9,13 +9,14 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
-
-from pipebubble import spans
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import cache
 from pipebubble.ingest.base import FileResult
+
+if TYPE_CHECKING:  # polars loads only when traces are read, so a cached report comes back fast
+    import polars as pl
 
 JSON_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
@@ -68,6 +69,10 @@ def load(
     on_file: Callable[[Path], None] | None = None,
 ) -> Ingested:
     """Read all traces under ``paths`` into one span table. ``on_file`` is called as each file is done."""
+    import polars as pl
+
+    from pipebubble import spans
+
     files = find_traces(paths)
     results: list[FileResult | None] = [cache.get(f) if use_cache else None for f in files]
     todo = [i for i, r in enumerate(results) if r is None]

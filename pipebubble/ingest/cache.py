@@ -13,8 +13,6 @@ import os
 from collections import Counter
 from pathlib import Path
 
-import polars as pl
-
 from pipebubble import __version__
 from pipebubble.ingest.base import FileResult
 
@@ -45,6 +43,8 @@ def get(path: Path) -> FileResult | None:
     key = _key(path)
     if key is None:
         return None
+    import polars as pl
+
     base = directory() / key
     try:
         info = json.loads(base.with_suffix(".json").read_text())
@@ -69,5 +69,34 @@ def put(path: Path, result: FileResult) -> None:
         result.spans.write_parquet(tmp, compression="lz4")
         tmp.replace(base.with_suffix(".parquet"))
         base.with_suffix(".json").write_text(json.dumps(info, default=str))
+    except OSError:
+        return
+
+
+def report_key(files: list[Path], options: dict) -> str | None:
+    """Key of a whole report: every file's own key and the analysis options."""
+    keys = [_key(f) for f in files]
+    if None in keys:
+        return None
+    text = json.dumps({"files": keys, "options": options}, sort_keys=True, default=str)
+    return "report-" + hashlib.sha1(text.encode()).hexdigest()
+
+
+def get_report(key: str | None) -> dict | None:
+    """A cached JSON report, so re-analysis of unchanged traces with the same options is instant."""
+    if key is None:
+        return None
+    try:
+        return json.loads((directory() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def put_report(key: str | None, report: dict) -> None:
+    if key is None:
+        return
+    try:
+        directory().mkdir(parents=True, exist_ok=True)
+        (directory() / f"{key}.json").write_text(json.dumps(report))
     except OSError:
         return

@@ -42,9 +42,21 @@ COMM_KERNEL = r"(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)|AllReduce|Redu
 COMM_CPU = r"^(gloo|nccl|mpi|ucc):"
 HOST_SYNC = r"(?i)synchronize"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-_NOT_SPANS = {"s": "flow", "t": "flow", "f": "flow", "C": "counter", "M": "metadata", "i": "instant",
-              "I": "instant", "n": "instant", "R": "instant", "O": "object", "N": "object", "D": "object",
-              "P": "sample"}
+_NOT_SPANS = {
+    "s": "flow",
+    "t": "flow",
+    "f": "flow",
+    "C": "counter",
+    "M": "metadata",
+    "i": "instant",
+    "I": "instant",
+    "n": "instant",
+    "R": "instant",
+    "O": "object",
+    "N": "object",
+    "D": "object",
+    "P": "sample",
+}
 
 
 def read(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
@@ -70,10 +82,22 @@ def read(path: Path, position: int = 0, pool: Executor | None = None) -> FileRes
         warnings.append(
             f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
         )
-    meta = {**header, "rank": rank, "unread_bytes": decoded.unread_bytes, "process_names": _names(events, "process_name"),
-            "thread_names": _names(events, "thread_name")}
-    return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta,
-                      "kineto" if header.get("kineto") else "chrome")
+    meta = {
+        **header,
+        "rank": rank,
+        "unread_bytes": decoded.unread_bytes,
+        "process_names": _names(events, "process_name"),
+        "thread_names": _names(events, "thread_name"),
+    }
+    return FileResult(
+        str(path),
+        table,
+        decoded.phases.total(),
+        skipped,
+        warnings,
+        meta,
+        "kineto" if header.get("kineto") else "chrome",
+    )
 
 
 def _complete_spans(events: pl.DataFrame, phases: Counter[str]) -> tuple[pl.DataFrame, Counter[str]]:
@@ -91,8 +115,16 @@ def _complete_spans(events: pl.DataFrame, phases: Counter[str]) -> tuple[pl.Data
     if trace.height:
         skipped["profiler_trace"] += trace.height
     x = x.filter(pl.col("cat").is_null() | (pl.col("cat") != "Trace"))
-    return x.select("cat", "name", "pid", "tid", "external_id", "correlation",
-                    start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns")), skipped
+    return x.select(
+        "cat",
+        "name",
+        "pid",
+        "tid",
+        "external_id",
+        "correlation",
+        start=pl.col("ts_ns"),
+        end=pl.col("ts_ns") + pl.col("dur_ns"),
+    ), skipped
 
 
 def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
@@ -116,8 +148,16 @@ def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
     for key, left in stacks.items():
         if left:
             skipped["unmatched_begin" if len(key) == 2 else "unmatched_async_begin"] += len(left)
-    schema = {"cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64, "external_id": pl.Int64,
-              "correlation": pl.Int64, "start": pl.Int64, "end": pl.Int64}
+    schema = {
+        "cat": pl.String,
+        "name": pl.String,
+        "pid": pl.Int64,
+        "tid": pl.Int64,
+        "external_id": pl.Int64,
+        "correlation": pl.Int64,
+        "start": pl.Int64,
+        "end": pl.Int64,
+    }
     return pl.DataFrame(out, schema=schema, orient="row"), skipped
 
 
@@ -126,22 +166,29 @@ def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
     cat = pl.col("cat").str.to_lowercase()
     mapped = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KINDS, default="cpu_op")
     kind = (
-        pl.when(pl.col("name").str.starts_with("ProfilerStep#")).then(pl.lit("step"))
-        .when((mapped == "kernel") & pl.col("name").str.contains(COMM_KERNEL)).then(pl.lit("comm"))
-        .when((mapped == "annotation") & pl.col("name").str.contains(COMM_CPU)).then(pl.lit("comm"))
-        .when((mapped == "runtime") & pl.col("name").str.contains(HOST_SYNC)).then(pl.lit("sync"))
+        pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
+        .then(pl.lit("step"))
+        .when((mapped == "kernel") & pl.col("name").str.contains(COMM_KERNEL))
+        .then(pl.lit("comm"))
+        .when((mapped == "annotation") & pl.col("name").str.contains(COMM_CPU))
+        .then(pl.lit("comm"))
+        .when((mapped == "runtime") & pl.col("name").str.contains(HOST_SYNC))
+        .then(pl.lit("sync"))
         .otherwise(mapped)
     )
-    on_device = cat.is_in(["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation",
-                           "cuda_sync"])
+    on_device = cat.is_in(
+        ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"]
+    )
     frame = raw.with_columns(kind=kind, on_device=on_device.fill_null(False)).with_columns(
         device=pl.when("on_device").then(pl.col("pid")),
         stream=pl.when("on_device").then(pl.col("tid")),
         pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
         tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
     )
-    lane = pl.when("on_device").then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device"))).otherwise(
-        pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid"))
+    lane = (
+        pl.when("on_device")
+        .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device")))
+        .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
     )
     frame = frame.with_columns(lane=lane, source=pl.lit(source), rank=pl.lit(rank))
     return spans.conform(frame)
@@ -150,6 +197,7 @@ def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
 def _names(events: pl.DataFrame, which: str) -> dict[str, str]:
     rows = events.filter((pl.col("ph") == "M") & (pl.col("name") == which) & pl.col("arg_name").is_not_null())
     key = ["pid"] if which == "process_name" else ["pid", "tid"]
-    out = rows.select(key=pl.concat_str([pl.col(k).cast(pl.String) for k in key], separator="/"),
-                      value=pl.col("arg_name"))
+    out = rows.select(
+        key=pl.concat_str([pl.col(k).cast(pl.String) for k in key], separator="/"), value=pl.col("arg_name")
+    )
     return dict(out.unique("key", keep="last").iter_rows())
