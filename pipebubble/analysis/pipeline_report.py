@@ -47,11 +47,11 @@ def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOpt
     table = pm.stage_step_table(work)
     schedule, chunks, m = pm.detect_schedule(work)
     stage_rows = _stages(table, work, mapped.names, p)
-    pipeline = _pipeline(table, work, stage_rows, wins, (schedule, chunks, m), facts, options)
     host = mapped.spans.filter(pl.col("stage").is_not_null() & pl.col("device").is_null()).select(
         "stage", "kind", "start", "end"
     )
     waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
+    pipeline = _pipeline(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
     return PipelineSection(stage_rows, pipeline, waits, _timeline(work))
@@ -104,7 +104,7 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -
     return out
 
 
-def _pipeline(table, work, stage_rows, wins, detected, facts, options) -> Pipeline:
+def _pipeline(table, work, stage_rows, wins, detected, facts, options, waits) -> Pipeline:
     schedule, chunks, m = detected
     p = len(stage_rows)
     window = int(wins.select((pl.col("window_end") - pl.col("window_start")).sum()).item())
@@ -115,7 +115,8 @@ def _pipeline(table, work, stage_rows, wins, detected, facts, options) -> Pipeli
     times = _stage_times(work, p, m)
     theory = _theory(schedule, p, m, chunks, stage_rows)
     notes = _notes(facts, schedule, m, times, stage_rows)
-    excess, causes = _excess(bubble, theory, schedule, chunks, times, stage_rows, p * window)
+    host_ns = sum(w.dur_ns for w in waits if w.cause in ("host", "sync"))
+    excess, causes = _excess(bubble, theory, schedule, chunks, times, stage_rows, p * window, host_ns)
     return Pipeline(
         stages=p,
         microbatches=m,
@@ -182,9 +183,12 @@ def _stage_times(work: pl.DataFrame, p: int, m: int | None) -> whatif.StageTimes
     return whatif.StageTimes(forward, backward, weight if has_w else None)
 
 
-def _excess(bubble, theory, schedule, chunks, times, stage_rows, capacity) -> tuple[float | None, dict[str, float]]:
-    """Measured bubble beyond theory, split into imbalance (the schedule replayed with the measured
-    per-stage times, no delays), exposed communication, host/launch waits and the rest."""
+def _excess(
+    bubble, theory, schedule, chunks, times, stage_rows, capacity, host_ns
+) -> tuple[float | None, dict[str, float]]:
+    """Measured bubble beyond theory, split in this order into imbalance (the schedule replayed with the
+    measured per-stage times, no delays), exposed communication, host/launch and sync waits, and the rest;
+    each share is capped by what is left, so the parts add up to the excess."""
     if theory is None:
         return None, {}
     excess = bubble - theory
@@ -197,7 +201,8 @@ def _excess(bubble, theory, schedule, chunks, times, stage_rows, capacity) -> tu
             pass
     left = max(0.0, excess - imbalance)
     comm = min(left, sum(s.comm_ns for s in stage_rows) / capacity) if capacity else 0.0
-    return excess, {"imbalance": imbalance, "communication": comm, "host": 0.0, "other": max(0.0, left - comm)}
+    host = min(left - comm, host_ns / capacity) if capacity else 0.0
+    return excess, {"imbalance": imbalance, "communication": comm, "host": host, "other": max(0.0, left - comm - host)}
 
 
 def _recommendations(times, schedule, chunks) -> list[whatif.Recommendation]:
