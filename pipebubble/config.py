@@ -16,7 +16,6 @@ a ``pyproject.toml`` that has a ``[tool.pipebubble]`` table).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,19 @@ def load(path: Path | None = None, start: Path | None = None) -> Config:
     return _parse(path, table)
 
 
+def _toml():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise ConfigError("reading pipebubble.toml needs Python 3.11+ or the tomli package") from None
+    return tomllib
+
+
 def _read(path: Path) -> dict[str, Any]:
+    tomllib = _toml()
     try:
         with open(path, "rb") as file:
             return tomllib.load(file)

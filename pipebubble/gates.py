@@ -159,7 +159,7 @@ def _stage_deltas(base: dict, new: dict, tolerance: float, step: float) -> tuple
     a, b = base.get("stages") or [], new.get("stages") or []
     notes = [f"stages: {len(a)} in base, {len(b)} in new (compared by index)"] if len(a) != len(b) else []
     deltas = [_delta(f"stage {i} {key.removesuffix('_ns')}", sa[key], sb[key], "ns", tolerance, step)
-              for i, (sa, sb) in enumerate(zip(a, b)) for key in STAGE_METRICS]
+              for i, (sa, sb) in enumerate(zip(a, b, strict=False)) for key in STAGE_METRICS]
     return deltas, notes
 
 

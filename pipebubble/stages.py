@@ -90,6 +90,8 @@ def _default_method(spans: pl.DataFrame) -> str:
 
 
 def _by_keys(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
+    # Keys a format never fills (no rank in an Nsight export) do not split stages.
+    keys = [k for k in keys if spans[k].null_count() < spans.height] or keys[:1]
     groups = spans.select(keys).unique().drop_nulls().sort(keys)
     groups = groups.with_row_index("stage").with_columns(pl.col("stage").cast(pl.Int32))
     names = ["/".join(f"{k}{v}" for k, v in zip(keys, row, strict=True)) for row in groups.drop("stage").rows()]

@@ -127,3 +127,13 @@ def test_shared_cpu_pipelines():
 def test_not_a_pipeline_gives_nothing():
     section = analyse(shared("kineto", "resnet_v100_ns_resolution.json.gz"))
     assert section.pipeline is None and section.stages == [] and section.waits == []
+
+
+def test_one_file_of_two_gpus_gives_a_stage_per_gpu():
+    """Nsight export of a 2-GPU job: no ranks in the file, so the two GPU processes are the stages; with no
+    labels and no backward to tell apart, the schedule and m stay unknown rather than guessed."""
+    section = analyse(shared("nsys", "torchrun_2xh100_nccl.sqlite"))
+    assert [s.name for s in section.stages] == ["pid144/device0", "pid145/device1"]
+    assert section.pipeline.schedule is None and section.pipeline.microbatches is None
+    for s in section.stages:
+        assert s.busy_ns + s.idle_ns == section.pipeline.window_ns

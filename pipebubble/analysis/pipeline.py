@@ -127,6 +127,8 @@ def detect_schedule(work: pl.DataFrame) -> tuple[str | None, int, int | None]:
     counts = first.filter(pl.col("phase") == "forward").group_by("stage").agg(pl.col("microbatch").n_unique())
     m = int(counts["microbatch"].mode().max()) if counts.height else int(first["microbatch"].n_unique())
     chunks = int(first.group_by("stage").agg(pl.col("chunk").n_unique())["chunk"].max() or 1)
+    if not first.filter(pl.col("phase") == "backward").height:
+        return None, chunks, None  # forward only (inference, or passes that could not be told apart)
     if first.filter(pl.col("phase") == "weight").height:
         return "zero_bubble", chunks, m
     if chunks > 1:

@@ -45,9 +45,9 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from pipebubble.cli import analyze, capture, export, theory
+    from pipebubble.cli import analyze, capture, check, diff, export, theory
 
-    for module in (analyze, theory, capture, export):
+    for module in (analyze, theory, capture, export, check, diff):
         module.register(app)
 
 
