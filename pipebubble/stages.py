@@ -60,15 +60,17 @@ class StageMap:
     spans: pl.DataFrame
     names: list[str] = field(default_factory=list)
     method: str = ""
+    order: list[tuple] = field(default_factory=list)  # sort key of each stage, to order stages across files
 
 
-def assign(spans: pl.DataFrame, options: StageOptions = StageOptions()) -> StageMap:
-    """Fill the ``stage`` column (null for spans that belong to no stage)."""
+def assign(spans: pl.DataFrame, options: StageOptions = StageOptions(), world: int | None = None) -> StageMap:
+    """Fill the ``stage`` column (null for spans that belong to no stage). ``world``: the job's number of
+    ranks, when ``spans`` hold only some of them (one file of many)."""
     if options.rules:
         return _by_rules(spans, options.rules)
     method = options.stage_by or _default_method(spans)
     if method == "rank" and options.pp_size:
-        return _by_pipeline_rank(spans, options.pp_size, options.rank_order)
+        return _by_pipeline_rank(spans, options.pp_size, options.rank_order, world)
     keys = {
         "rank": ["rank"],
         "process": ["rank", "pid"],
@@ -94,8 +96,11 @@ def _by_keys(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
     keys = [k for k in keys if spans[k].null_count() < spans.height] or keys[:1]
     groups = spans.select(keys).unique().drop_nulls().sort(keys)
     groups = groups.with_row_index("stage").with_columns(pl.col("stage").cast(pl.Int32))
-    names = ["/".join(f"{k}{v}" for k, v in zip(keys, row, strict=True)) for row in groups.drop("stage").rows()]
-    return StageMap(spans.drop("stage").join(groups, on=keys, how="left", nulls_equal=True), names, method)
+    rows = groups.drop("stage").rows()
+    names = ["/".join(f"{k}{v}" for k, v in zip(keys, row, strict=True)) for row in rows]
+    order = [tuple((v is None, v or 0) for v in row) for row in rows]
+    frame = spans.drop("stage").join(groups, on=keys, how="left", nulls_equal=True)
+    return StageMap(frame, names, method, order)
 
 
 def _by_gpu(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
@@ -113,22 +118,22 @@ def _by_gpu(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
         .rename({"lane_right": "lane"})
     )
     cpu = spans.filter(pl.col("device").is_null()).drop("stage").join(stage_of_thread, on="lane", how="left")
-    return StageMap(pl.concat([mapped.spans, cpu.select(mapped.spans.columns)]), mapped.names, method)
+    return StageMap(pl.concat([mapped.spans, cpu.select(mapped.spans.columns)]), mapped.names, method, mapped.order)
 
 
-def _by_pipeline_rank(spans: pl.DataFrame, pp: int, order: str) -> StageMap:
+def _by_pipeline_rank(spans: pl.DataFrame, pp: int, order: str, world: int | None) -> StageMap:
     """Megatron orders ranks tp fastest, pp slowest (``tp-cp-ep-dp-pp``): pp rank = rank // (world / pp).
     ``pp-dp-tp`` puts pp fastest: pp rank = rank % pp. The pipeline analysed is the one holding rank 0."""
     if order not in RANK_ORDERS:
         raise StageSpecError(f"--rank-order must be one of {', '.join(RANK_ORDERS)} (not {order!r})")
-    world = int(spans["rank"].max()) + 1
+    world = world or int(spans["rank"].max()) + 1
     if world % pp:
         raise StageSpecError(f"--pp-size {pp} does not divide the {world} ranks found")
     rank = pl.col("rank")
     stage = rank % pp if order == "pp-dp-tp" else rank // (world // pp)
     peer = rank // pp if order == "pp-dp-tp" else rank % (world // pp)
     frame = spans.with_columns(stage=pl.when(peer == 0).then(stage).cast(pl.Int32))
-    return StageMap(frame, [f"pp{s}" for s in range(pp)], f"rank (pp={pp}, {order})")
+    return StageMap(frame, [f"pp{s}" for s in range(pp)], f"rank (pp={pp}, {order})", [(s,) for s in range(pp)])
 
 
 def _by_rules(spans: pl.DataFrame, rules: tuple[tuple[str, str], ...]) -> StageMap:
@@ -136,7 +141,8 @@ def _by_rules(spans: pl.DataFrame, rules: tuple[tuple[str, str], ...]) -> StageM
     for index, (_, regex) in reversed(list(enumerate(rules))):
         _check_regex(regex)
         expr = pl.when(pl.col("lane").str.contains(regex)).then(pl.lit(index, pl.Int32)).otherwise(expr)
-    return StageMap(spans.with_columns(stage=expr), [name for name, _ in rules], "rules")
+    names = [name for name, _ in rules]
+    return StageMap(spans.with_columns(stage=expr), names, "rules", [(i,) for i in range(len(rules))])
 
 
 def _check_regex(regex: str) -> None:

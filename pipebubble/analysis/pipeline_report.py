@@ -32,13 +32,60 @@ class PipelineSection:
     timeline: list[Segment] = field(default_factory=list)
 
 
-def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOptions()) -> PipelineSection:
-    """Everything pipeline-shaped in ``spans``; empty when fewer than two stages are found."""
-    mapped = st.assign(spans, options.stages)
-    p = int(mapped.spans["stage"].drop_nulls().n_unique())
+@dataclass(frozen=True)
+class StagePart:
+    """What one trace file contributes to the pipeline analysis (the map side): its stages' labelled work,
+    their host activity (merged), the stages' names with sort keys, and how passes were labelled."""
+
+    names: list[str]
+    order: list[tuple]
+    work: pl.DataFrame  # WORK_COLUMNS; ``stage`` indexes ``names``
+    host: pl.DataFrame  # stage, kind, start, end: merged CPU activity per stage and kind
+    facts: dict
+
+
+def stage_part(spans: pl.DataFrame, options: PipelineOptions, world: int | None = None) -> StagePart | None:
+    """Map: one file's (or any subset's) stage work. None when no span belongs to a stage."""
+    mapped = st.assign(spans, options.stages, world)
+    if mapped.spans["stage"].drop_nulls().is_empty():
+        return None
+    work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
+    cpu = mapped.spans.filter(pl.col("stage").is_not_null() & pl.col("device").is_null()
+                              & pl.col("kind").is_in(["sync", "cpu_op", "runtime"]))
+    return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts)
+
+
+def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
+    """Reduce, first half: one stage numbering over all files (ordered by the stages' keys; a name seen in
+    several files is one stage), and the work and host tables renumbered to it."""
+    used = {(n, o) for part in parts for i, (n, o) in enumerate(zip(part.names, part.order, strict=True))
+            if part.work.filter(pl.col("stage") == i).height}
+    names = [n for n, _ in sorted(used, key=lambda item: (item[1], item[0]))]
+    names = list(dict.fromkeys(names))
+    index = {n: i for i, n in enumerate(names)}
+    works, hosts = [], []
+    for part in parts:
+        remap = {i: index[n] for i, n in enumerate(part.names) if n in index}
+        renumber = pl.col("stage").replace_strict(remap, default=None, return_dtype=pl.Int32)
+        works.append(part.work.with_columns(stage=renumber).filter(pl.col("stage").is_not_null()))
+        hosts.append(part.host.with_columns(stage=renumber).filter(pl.col("stage").is_not_null()))
+    facts = {"pattern": next((p.facts["pattern"] for p in parts if p.facts["pattern"]), None),
+             "inferred": any(p.facts["inferred"] for p in parts),
+             "mode": "gpu" if any(p.facts["mode"] == "gpu" for p in parts) else "cpu"}
+    work = pl.concat(works, how="vertical_relaxed") if works else pl.DataFrame()
+    host = pl.concat(hosts, how="vertical_relaxed") if hosts else pl.DataFrame()
+    return names, work, host, facts
+
+
+def reduce_stages(parts: list[StagePart], options: PipelineOptions = PipelineOptions()) -> PipelineSection:
+    """Reduce: everything pipeline-shaped from the files' parts; empty when fewer than two stages."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return PipelineSection()
+    names, work, host, facts = combine(parts)
+    p = len(names)
     if p < 2:
         return PipelineSection()
-    work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
     work = pm.complete_steps(work)
     if work.is_empty():
         return PipelineSection()
@@ -46,15 +93,19 @@ def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOpt
     work = pm.clip_to_windows(work, wins)
     table = pm.stage_step_table(work)
     schedule, chunks, m = pm.detect_schedule(work)
-    stage_rows = _stages(table, work, mapped.names, p)
-    host = mapped.spans.filter(pl.col("stage").is_not_null() & pl.col("device").is_null()).select(
-        "stage", "kind", "start", "end"
-    )
+    stage_rows = _stages(table, work, names, p)
     waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
     pipeline = _pipeline(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
     return PipelineSection(stage_rows, pipeline, waits, _timeline(work))
+
+
+def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOptions()) -> PipelineSection:
+    """Map over the files in ``spans`` and reduce, in this process."""
+    world = int(spans["rank"].max()) + 1 if spans["rank"].drop_nulls().len() else None
+    parts = [stage_part(group, options, world) for _, group in spans.group_by("source", maintain_order=True)]
+    return reduce_stages([p for p in parts if p is not None], options)
 
 
 def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -> list[Stage]:
@@ -80,7 +131,7 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -
     lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
     per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
     out = []
-    for row in sums.join(lanes, on="stage").iter_rows(named=True):
+    for row in sums.join(lanes, on="stage").sort("stage").iter_rows(named=True):
         mb = per_mb.filter(pl.col("stage") == row["stage"])["ns"].to_list()
         out.append(
             Stage(
