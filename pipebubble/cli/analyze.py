@@ -8,11 +8,12 @@ from typing import Annotated
 
 import typer
 
-from pipebubble.cli.output import console_wants_color, ingest_with_progress, write_text
+from pipebubble.cli.output import console_wants_color, progress, write_text
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
 SERVING = "LLM serving"
+SCALE = "Scale"
 
 
 class Format(str, Enum):
@@ -63,6 +64,12 @@ def analyze(
                                                    rich_help_panel=SERVING)] = None,
     tbt_slo: Annotated[float | None, typer.Option(help="Time-between-tokens target in ms: the prefill chunk "
                                                   "that keeps steps under it.", rich_help_panel=SERVING)] = None,
+    executor: Annotated[str, typer.Option(help="Where files are mapped: local (a process pool) or ray.",
+                                          rich_help_panel=SCALE)] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster to use with --executor ray (default: start "
+                                                    "a local one).", rich_help_panel=SCALE)] = None,
+    workers: Annotated[int | None, typer.Option(help="Processes (or Ray CPUs) to use (default: all cores).",
+                                                rich_help_panel=SCALE)] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -93,7 +100,10 @@ def analyze(
     if cached is not None:
         report = Report.from_dict(cached)
     else:
-        report = _build(paths, settings, use_cache=not no_cache, quiet=quiet)
+        if executor not in ("local", "ray"):
+            raise typer.BadParameter(f"--executor must be local or ray, not {executor!r}")
+        scale = {"executor": executor, "ray_address": ray_address, "workers": workers}
+        report = _build(paths, settings, scale, use_cache=not no_cache, quiet=quiet)
         cache.put_report(key, report.to_dict())
     fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
     try:
@@ -104,16 +114,17 @@ def analyze(
     write_text(text, output)
 
 
-def _build(paths: list[Path], settings: dict, use_cache: bool, quiet: bool):
+def _build(paths: list[Path], settings: dict, scale: dict, use_cache: bool, quiet: bool):
     from pipebubble.analysis.pipeline_report import PipelineOptions
-    from pipebubble.analyze import ServingOptions, analyze
+    from pipebubble.mapreduce import Options, ServingOptions, run
     from pipebubble.stages import StageOptions, parse_rule
 
     stages = StageOptions(settings["stage_by"], tuple(parse_rule(r) for r in settings["stage"]),
                           settings["pp_size"], settings["rank_order"], settings["microbatch_regex"])
-    options = PipelineOptions(stages, settings["wait_threshold"], settings["gpu_cost"])
-    serving = ServingOptions(settings["step_regex"], settings["tbt_slo"])
-    return analyze(ingest_with_progress(paths, use_cache=use_cache, quiet=quiet), options, serving)
+    options = Options(PipelineOptions(stages, settings["wait_threshold"], settings["gpu_cost"]),
+                      ServingOptions(settings["step_regex"], settings["tbt_slo"]))
+    with progress(paths, quiet) as advance:
+        return run(paths, options, use_cache=use_cache, on_file=advance, **scale)
 
 
 def _window(text: str | None) -> tuple[int, int] | None:

@@ -28,12 +28,14 @@ def export(
       pipebubble export runs/rank*.json.gz -o annotated.json
     """
     from pipebubble.analyze import analyze as build
-    from pipebubble.cli.output import ingest_with_progress
+    from pipebubble.cli.output import progress
+    from pipebubble.ingest import load
     from pipebubble.render import perfetto
 
     if output.suffix.lower() not in SUFFIXES:
         raise PipebubbleError(f"{output}: expected an output name ending in {', '.join(SUFFIXES)}")
-    ingested = ingest_with_progress(paths, use_cache=not no_cache, quiet=quiet)
+    with progress(paths, quiet) as advance:
+        ingested = load(paths, use_cache=not no_cache, on_file=advance)
     trace = perfetto.build(ingested.spans, build(ingested))
     if output.suffix.lower() == ".json":
         output.write_text(perfetto.to_chrome_json(trace))

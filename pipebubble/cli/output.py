@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from pipebubble.ingest import Ingested, find_traces, load
 
 
 def console_wants_color() -> bool:
@@ -33,13 +32,15 @@ def write_text(text: str, output: Path | None) -> None:
         output.write_text(text)
 
 
-def ingest_with_progress(paths: list[Path], use_cache: bool, quiet: bool) -> Ingested:
-    """Load traces; on a terminal, a progress bar over files while it takes a while."""
-    show = not quiet and sys.stderr.isatty()
-    if not show:
-        return load(paths, use_cache=use_cache)
-    total = len(find_traces(paths))
+@contextmanager
+def progress(paths: list[Path], quiet: bool):
+    """A progress bar over trace files on stderr, when it is a terminal; yields the callback to advance it."""
+    if quiet or not sys.stderr.isatty():
+        yield lambda _: None
+        return
+    from pipebubble.ingest import find_traces
+
     columns = (TextColumn("reading traces"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("read", total=total)
-        return load(paths, use_cache=use_cache, on_file=lambda _: progress.advance(task))
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("read", total=len(find_traces(paths)))
+        yield lambda _: bar.advance(task)

@@ -2,25 +2,31 @@
 
 Each engine step runs one forward over a flat batch of tokens: whole prompts or prompt chunks (prefill)
 and one token for each running request (decode). Projections and MLPs run once over the whole batch;
-attention runs per request against its own KV cache. Steps are labelled as vLLM labels them,
-`execute_context_{c}({tokens})_generation_{g}({g})`: c requests prefilling `tokens` tokens, g decoding.
+attention runs per request against its own KV cache (the decodes together, as a paged-attention kernel
+would). Steps are labelled as vLLM labels them, `execute_context_{c}({tokens})_generation_{g}({g})`:
+c requests prefilling `tokens` tokens, g decoding.
 
 Without --chunked-prefill, waiting prompts are prefilled whole in steps of their own, and running
 requests wait (vLLM's default before chunked prefill). With it, every step has a token budget: decodes
 first, then prompt chunks fill what is left (SARATHI), so prefill and decode share steps.
+
+Arrivals are counted in engine steps, not seconds: request i joins the queue before step ⌊i / rate⌋, so
+every run of the same settings schedules the same steps whatever the machine's speed. The model is kept
+to few operators per step so that a profile of a whole run stays small.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import random
 import sys
-import time
 from dataclasses import dataclass
 
-D_MODEL, HEADS, LAYERS, VOCAB, MAX_LEN = 256, 4, 2, 2048, 512
-PROMPT_TOKENS, OUTPUT_TOKENS = (32, 384), (8, 16)
+import numpy as np
+
+D_MODEL, HEADS, LAYERS, VOCAB, MAX_LEN = 512, 8, 1, 2048, 1024
+HEAD_DIM = D_MODEL // HEADS
+PROMPT_TOKENS, OUTPUT_TOKENS = (512, 768), (8, 16)  # prompts 2-3x the 256-token budget of the samples
 MAX_PREFILL_TOKENS = 2048  # per step without chunked prefill
 
 
@@ -29,7 +35,7 @@ class Request:
     slot: int
     prompt: list[int]
     max_new: int
-    arrival: float
+    arrival: int  # the engine step before which it joins the queue
     prefilled: int = 0
     generated: int = 0
     last_token: int = 0
@@ -41,8 +47,9 @@ class Request:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipebubble.capture.workloads.serve")
-    parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--arrival-rate", type=float, default=20.0, help="requests per second (Poisson)")
+    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--arrival-rate", type=float, default=0.2,
+                        help="new requests per engine step (0.2: one every 5 steps); deterministic")
     parser.add_argument("--chunked-prefill", type=int, default=0, help="token budget per step; 0 = off")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--seed", type=int, default=0)
@@ -51,98 +58,85 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def make_requests(args) -> list[Request]:
     rng = random.Random(args.seed)
-    requests, arrival = [], 0.0
-    for slot in range(args.requests):
-        prompt = [rng.randrange(VOCAB) for _ in range(rng.randint(*PROMPT_TOKENS))]
-        requests.append(Request(slot, prompt, rng.randint(*OUTPUT_TOKENS), arrival))
-        arrival += rng.expovariate(args.arrival_rate)
-    return requests
+    return [Request(slot, [rng.randrange(VOCAB) for _ in range(rng.randint(*PROMPT_TOKENS))],
+                    rng.randint(*OUTPUT_TOKENS), int(slot / args.arrival_rate)) for slot in range(args.requests)]
 
 
-@dataclass
-class Batch:
-    """One step's flat batch: the decode tokens first (one per request), then the prompt chunks."""
-    decode_slots: list[int]
-    decode_positions: list[int]
-    prefills: list[tuple[int, int, int]]  # (slot, first position, tokens)
+class Model:
+    """Bias-free weights applied with plain matrix products (one profiler event each, not five)."""
 
+    def __init__(self, device, slots: int):
+        import torch
 
-def build_model(device):
-    import torch
-    from torch import nn
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
+        self.torch, self.device = torch, device
+        gen = torch.Generator().manual_seed(0)
 
-    head_dim = D_MODEL // HEADS
+        def weight(*shape):
+            return (torch.randn(*shape, generator=gen) / shape[0] ** 0.5).to(device)
 
-    def attend_decodes(q, k, v, cache_k, cache_v, slots, positions):
-        # All decodes in one attention call over their caches padded to the longest (as a paged-attention
-        # kernel would): each query sees its own request's keys up to its position.
-        cache_k[slots, positions], cache_v[slots, positions] = k, v
+        self.embed, self.head = weight(VOCAB, D_MODEL), weight(D_MODEL, VOCAB)
+        self.layers = [(weight(D_MODEL, 3 * D_MODEL), weight(D_MODEL, D_MODEL), weight(D_MODEL, 4 * D_MODEL),
+                        weight(4 * D_MODEL, D_MODEL)) for _ in range(LAYERS)]
+        shape = (slots, HEADS, MAX_LEN, HEAD_DIM)
+        self.caches = [(torch.zeros(shape, device=device), torch.zeros(shape, device=device)) for _ in range(LAYERS)]
+
+    def tensor(self, array: np.ndarray):
+        return self.torch.from_numpy(array).to(self.device)
+
+    def forward(self, tokens, decodes, prefills) -> list[int]:
+        """Next token of every decode and of every prompt chunk; `decodes` are (slot, position) pairs,
+        `prefills` (slot, first position, tokens), in the order their tokens appear in `tokens`."""
+        slot = np.array([s for s, _ in decodes] + [s for s, _, n in prefills for _ in range(n)])
+        pos = np.array([p for _, p in decodes] + [p for _, start, n in prefills for p in range(start, start + n)])
+        at = (self.tensor(slot), self.tensor(pos))
+        x = self.embed[self.tensor(np.array(tokens))]
+        for weights, cache in zip(self.layers, self.caches, strict=True):
+            x = self.layer(x, weights, cache, at, decodes, prefills)
+        ends = np.cumsum([1] * len(decodes) + [n for _, _, n in prefills]) - 1
+        norm = self.torch.nn.functional.layer_norm
+        return self.torch.mm(norm(x[self.tensor(ends)], (D_MODEL,)), self.head).argmax(-1).tolist()
+
+    def layer(self, x, weights, cache, at, decodes, prefills):
+        f = self.torch.nn.functional
+        w_qkv, w_out, w_up, w_down = weights
+        q, k, v = self.torch.mm(f.layer_norm(x, (D_MODEL,)), w_qkv).view(-1, 3, HEADS, HEAD_DIM).unbind(1)
+        cache[0][at[0], :, at[1]], cache[1][at[0], :, at[1]] = k, v
+        outs = [self.attend_decodes(q[:len(decodes)], cache, decodes)] if decodes else []
+        offset = len(decodes)
+        for slot, start, n in prefills:
+            outs.append(self.attend_prefill(q[offset:offset + n], cache, slot, start))
+            offset += n
+        x = x + self.torch.mm(self.torch.cat(outs), w_out)
+        return x + self.torch.mm(f.gelu(self.torch.mm(f.layer_norm(x, (D_MODEL,)), w_up)), w_down)
+
+    def attend(self, q, keys, values, visible: np.ndarray):
+        """Softmax attention of q (batch, queries, dim) over keys and values (batch, keys, dim); `visible`
+        (queries, keys), or per batch row, says which keys each query sees."""
+        bias = self.tensor(np.where(visible, 0.0, -np.inf).astype(np.float32))
+        scores = self.torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=HEAD_DIM ** -0.5)
+        return self.torch.bmm(scores.softmax(-1), values)
+
+    def attend_decodes(self, q, cache, decodes):
+        """All decodes in one call over their caches padded to the longest, each query masked to its own."""
+        positions = np.repeat([p for _, p in decodes], HEADS)
         ctx = int(positions.max()) + 1
-        keys, values = cache_k[slots, :ctx].transpose(1, 2), cache_v[slots, :ctx].transpose(1, 2)
-        mask = torch.arange(ctx, device=q.device)[None, :] <= positions[:, None]
-        return sdpa(q[:, :, None, :], keys, values, attn_mask=mask[:, None, None, :]).reshape(-1, D_MODEL)
+        slots = self.tensor(np.array([s for s, _ in decodes]))
+        keys, values = (c[slots, :, :ctx].view(-1, ctx, HEAD_DIM) for c in cache)
+        visible = np.arange(ctx)[None, None, :] <= positions[:, None, None]
+        return self.attend(q.reshape(-1, 1, HEAD_DIM), keys, values, visible).view(-1, D_MODEL)
 
-    def attend_prefill(q, k, v, cache_k, cache_v, slot, start):
+    def attend_prefill(self, q, cache, slot, start):
+        """One prompt (or chunk) against its cache: causal, offset by the chunk's start."""
         n = q.shape[0]
-        cache_k[slot, start:start + n], cache_v[slot, start:start + n] = k, v
-        keys, values = cache_k[slot, :start + n].transpose(0, 1), cache_v[slot, :start + n].transpose(0, 1)
-        if start == 0:  # a whole prompt, or its first chunk: plain causal attention
-            out = sdpa(q.transpose(0, 1)[None], keys[None], values[None], is_causal=True)[0]
-        else:  # a later chunk: causal, offset by the chunk's start
-            positions = torch.arange(start + n, device=q.device)
-            mask = positions[None, :] <= positions[start:, None]
-            out = sdpa(q.transpose(0, 1)[None], keys[None], values[None], attn_mask=mask)[0]
-        return out.transpose(0, 1).reshape(n, D_MODEL)
-
-    class Layer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm1, self.norm2 = nn.LayerNorm(D_MODEL), nn.LayerNorm(D_MODEL)
-            self.qkv, self.out = nn.Linear(D_MODEL, 3 * D_MODEL), nn.Linear(D_MODEL, D_MODEL)
-            self.mlp = nn.Sequential(nn.Linear(D_MODEL, 4 * D_MODEL), nn.GELU(), nn.Linear(4 * D_MODEL, D_MODEL))
-
-        def forward(self, x, batch, slots, positions, cache_k, cache_v):
-            q, k, v = self.qkv(self.norm1(x)).view(-1, 3, HEADS, head_dim).unbind(1)
-            g = len(batch.decode_slots)
-            outs = [attend_decodes(q[:g], k[:g], v[:g], cache_k, cache_v, slots, positions)] if g else []
-            offset = g
-            for slot, start, n in batch.prefills:
-                span = slice(offset, offset + n)
-                outs.append(attend_prefill(q[span], k[span], v[span], cache_k, cache_v, slot, start))
-                offset += n
-            x = x + self.out(torch.cat(outs))
-            return x + self.mlp(self.norm2(x))
-
-    class Decoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed, self.norm = nn.Embedding(VOCAB, D_MODEL), nn.LayerNorm(D_MODEL)
-            self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
-            self.head = nn.Linear(D_MODEL, VOCAB, bias=False)
-
-        def forward(self, tokens, batch, caches):
-            slots = torch.tensor(batch.decode_slots, device=tokens.device)
-            positions = torch.tensor(batch.decode_positions, device=tokens.device)
-            x = self.embed(tokens)
-            for layer, (cache_k, cache_v) in zip(self.layers, caches, strict=True):
-                x = layer(x, batch, slots, positions, cache_k, cache_v)
-            g = len(batch.decode_slots)
-            ends = list(range(g)) + [g - 1 + n for n in itertools.accumulate(n for _, _, n in batch.prefills)]
-            return self.head(self.norm(x[ends])).argmax(-1)  # greedy: one next token per request
-
-    torch.manual_seed(0)
-    return Decoder().to(device).eval()
+        keys, values = (c[slot, :, :start + n] for c in cache)
+        visible = np.arange(start + n)[None, :] <= np.arange(start, start + n)[:, None]
+        return self.attend(q.transpose(0, 1), keys, values, visible).transpose(0, 1).reshape(n, D_MODEL)
 
 
 class Engine:
     def __init__(self, args, requests, device):
-        import torch
-
-        self.torch, self.device, self.chunk = torch, device, args.chunked_prefill
-        self.model = build_model(device)
-        shape = (len(requests), MAX_LEN, HEADS, D_MODEL // HEADS)
-        self.caches = [(torch.zeros(shape, device=device), torch.zeros(shape, device=device)) for _ in range(LAYERS)]
+        self.chunk = args.chunked_prefill
+        self.model = Model(device, len(requests))
         self.pending, self.running = list(requests), []
 
     def schedule(self) -> list[tuple[Request, int]]:
@@ -174,14 +168,12 @@ class Engine:
         prefills = [(r, n) for r, n in scheduled if not r.decoding]
         label = (f"execute_context_{len(prefills)}({sum(n for _, n in prefills)})"
                  f"_generation_{len(decodes)}({len(decodes)})")
-        with record_function(label):
-            batch = Batch([r.slot for r in decodes], [len(r.prompt) + r.generated - 1 for r in decodes],
-                          [(r.slot, r.prefilled, n) for r, n in prefills])
+        with record_function(label), self.model.torch.inference_mode():
             tokens = [r.last_token for r in decodes] + [t for r, n in prefills
                                                         for t in r.prompt[r.prefilled:r.prefilled + n]]
-            with self.torch.inference_mode():
-                ids = self.torch.tensor(tokens, device=self.device)
-                next_tokens = self.model(ids, batch, self.caches).tolist()  # tolist waits for the device
+            next_tokens = self.model.forward(  # tolist() at the end waits for the device
+                tokens, [(r.slot, len(r.prompt) + r.generated - 1) for r in decodes],
+                [(r.slot, r.prefilled, n) for r, n in prefills])
         for r, n in prefills:
             r.prefilled += n
         for r, token in zip(decodes + [r for r, _ in prefills], next_tokens, strict=True):
@@ -190,14 +182,13 @@ class Engine:
         self.running = [r for r in self.running if r.generated < r.max_new]
 
     def run(self) -> int:
-        start, steps = time.perf_counter(), 0
+        """Serve every request; the step counter jumps ahead when nothing is running."""
+        steps = 0
         while self.pending or self.running:
-            now = time.perf_counter() - start
-            while self.pending and self.pending[0].arrival <= now:
-                self.running.append(self.pending.pop(0))
             if not self.running:
-                time.sleep(self.pending[0].arrival - now)
-                continue
+                steps = max(steps, self.pending[0].arrival)
+            while self.pending and self.pending[0].arrival <= steps:
+                self.running.append(self.pending.pop(0))
             self.step(self.schedule())
             steps += 1
         return steps

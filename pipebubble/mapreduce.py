@@ -1,0 +1,257 @@
+"""The analysis as map and reduce, so the same functions run in this process, in a local process pool or on
+a Ray cluster.
+
+Map (one trace file, where it lies): read it (through the span cache), then reduce it to what the report
+needs from it: its lanes' busy/idle, its stages' labelled work and merged host activity, its serving steps.
+That part travels as Arrow IPC bytes in a msgpack envelope, never as Python objects. Reduce: number the
+stages across files, then the pipeline metrics, waits and timeline over the parts (pure, in this process).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import msgspec
+import polars as pl
+
+from pipebubble.analysis.interference import interference
+from pipebubble.analysis.lanes import lane_table
+from pipebubble.analysis.pipeline_report import PipelineOptions, StagePart, reduce_stages, stage_part
+from pipebubble.ingest.base import FileResult
+from pipebubble.report import IngestSummary, Lane, Report, Segment
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    step_regex: str | None = None  # named groups: mode, prefill_reqs, prefill_tokens, decode_reqs, bs, toks
+    tbt_slo_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Options:
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    serving: ServingOptions = field(default_factory=ServingOptions)
+    world: int | None = None  # ranks in the job, when a part sees only some
+
+
+@dataclass(frozen=True)
+class FilePart:
+    """One file's contribution: its ingest account (no spans), lanes, stage part and serving steps."""
+
+    file: FileResult
+    lanes: pl.DataFrame
+    stages: StagePart | None
+    serving: dict | None
+    segments: list[Segment]
+
+
+def map_spans(result: FileResult, options: Options) -> FilePart:
+    """Map, given a file already read."""
+    spans = result.spans
+    world = options.world or result.meta.get("world_size")
+    part = stage_part(spans, options.pipeline, world) if spans.height else None
+    serving, segments = interference(
+        spans, step_regex=options.serving.step_regex, tbt_slo_ms=options.serving.tbt_slo_ms
+    )
+    account = FileResult(
+        result.source,
+        spans.clear(),
+        result.events_read,
+        result.skipped,
+        result.warnings,
+        {**result.meta, "spans": spans.height},
+        result.format,
+    )
+    return FilePart(account, lane_table(spans), part, serving, segments)
+
+
+def map_file(path: str, position: int, options: Options, use_cache: bool = True) -> bytes:
+    """Map, in a worker: read ``path`` where it lies and return the part as bytes."""
+    from pipebubble.ingest import cache, read_one
+
+    result = cache.get(Path(path)) if use_cache else None
+    if result is None:
+        result = read_one(Path(path), position)
+        if use_cache:
+            cache.put(Path(path), result)
+    return encode(map_spans(result, options))
+
+
+def reduce(parts: list[FilePart], options: Options) -> Report:
+    """Reduce: the whole report from the files' parts (pure)."""
+    from pipebubble.errors import TraceFormatError
+
+    summary = summarize(parts)
+    if not summary.spans:
+        text = ", ".join(f"{k} {v}" for k, v in summary.skipped.items()) or "none"
+        raise TraceFormatError(
+            ", ".join(summary.files), f"nothing to analyse: no event became a span (not spans: {text})"
+        )
+    lanes = pl.concat([p.lanes for p in parts], how="vertical_relaxed")
+    kind_order = pl.when(pl.col("kind") == "cpu").then(2).when(pl.col("stream").is_null()).then(0).otherwise(1)
+    lanes = lanes.sort(kind_order, "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True)
+    section = reduce_stages([p.stages for p in parts if p.stages is not None], options.pipeline)
+    serving = max(parts, key=lambda p: (p.serving or {}).get("steps", 0))
+    return Report(
+        ingest=summary,
+        lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
+        stages=section.stages,
+        pipeline=section.pipeline,
+        waits=section.waits,
+        interference=serving.serving,
+        timeline=section.timeline + serving.segments,
+    )
+
+
+def summarize(parts: list[FilePart]) -> IngestSummary:
+    skipped: Counter[str] = Counter()
+    for p in parts:
+        skipped.update(p.file.skipped)
+    return IngestSummary(
+        files=[p.file.source for p in parts],
+        events_read=sum(p.file.events_read for p in parts),
+        spans=sum(p.file.meta.get("spans", 0) for p in parts),
+        skipped=dict(sorted(skipped.items())),
+        warnings=[w for p in parts for w in p.file.warnings],
+        formats={p.file.source: p.file.format for p in parts},
+        unread_bytes=sum(p.file.meta.get("unread_bytes", 0) for p in parts),
+    )
+
+
+def run(
+    paths: list[Path],
+    options: Options,
+    *,
+    executor: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    use_cache: bool = True,
+    on_file: Callable[[str], None] | None = None,
+) -> Report:
+    """Map every trace under ``paths`` on ``executor``, then reduce here."""
+    from pipebubble.ingest import find_traces
+
+    files = find_traces(paths)
+    jobs = [(str(f), i) for i, f in enumerate(files)]
+    if executor == "ray":
+        blobs = _on_ray(jobs, options, use_cache, workers, ray_address, on_file)
+    else:
+        blobs = _on_pool(jobs, options, use_cache, workers, on_file)
+    return reduce([decode(b) for b in blobs], options)
+
+
+def _on_pool(jobs, options, use_cache, workers, on_file) -> list[bytes]:
+    from pipebubble import ingest
+
+    cores = workers or os.cpu_count() or 1
+    sizes = sum(ingest._size(Path(p)) for p, _ in jobs)
+    if len(jobs) == 1 or cores == 1 or sizes < ingest.PARALLEL_BYTES:
+        loaded = ingest.load(
+            [Path(p) for p, _ in jobs],
+            use_cache=use_cache,
+            workers=workers,
+            on_file=lambda f: on_file and on_file(str(f)),
+        )
+        return [encode(map_spans(f, options)) for f in loaded.files]
+    with ingest._pool(min(cores, len(jobs))) as pool:
+        futures = [pool.submit(map_file, path, i, options, use_cache) for path, i in jobs]
+        out = []
+        for (path, _), future in zip(jobs, futures, strict=True):
+            out.append(future.result())
+            if on_file:
+                on_file(path)
+        return out
+
+
+def _on_ray(jobs, options, use_cache, workers, address, on_file) -> list[bytes]:
+    try:
+        import ray
+    except ImportError:
+        from pipebubble.errors import PipebubbleError
+
+        raise PipebubbleError("--executor ray needs Ray: pip install 'pipebubble[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(
+            address=address,
+            num_cpus=None if address else workers,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    task = ray.remote(map_file)
+    refs = [task.remote(path, i, options, use_cache) for path, i in jobs]
+    out = ray.get(refs)
+    if on_file:
+        for path, _ in jobs:
+            on_file(path)
+    return out
+
+
+# --- the part as bytes: Arrow IPC tables in a msgpack envelope ---
+
+
+def _ipc(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.write_ipc(buffer)
+    return buffer.getvalue()
+
+
+def _frame(data: bytes) -> pl.DataFrame:
+    return pl.read_ipc(io.BytesIO(data))
+
+
+def encode(part: FilePart) -> bytes:
+    f = part.file
+    stages = None
+    if part.stages is not None:
+        s = part.stages
+        stages = {
+            "names": s.names,
+            "order": [list(o) for o in s.order],
+            "work": _ipc(s.work),
+            "host": _ipc(s.host),
+            "facts": s.facts,
+        }
+    envelope = {
+        "file": {
+            "source": f.source,
+            "events_read": f.events_read,
+            "skipped": dict(f.skipped),
+            "warnings": f.warnings,
+            "meta": {**f.meta, "spans": f.meta.get("spans", 0)},
+            "format": f.format,
+        },
+        "lanes": _ipc(part.lanes),
+        "stages": stages,
+        "serving": part.serving,
+        "segments": [asdict(s) for s in part.segments],
+    }
+    return msgspec.msgpack.encode(envelope, enc_hook=str)
+
+
+def decode(blob: bytes) -> FilePart:
+    env = msgspec.msgpack.decode(blob)
+    f = env["file"]
+    account = FileResult(
+        f["source"], pl.DataFrame(), f["events_read"], Counter(f["skipped"]), f["warnings"], f["meta"], f["format"]
+    )
+    s = env["stages"]
+    stages = (
+        None
+        if s is None
+        else StagePart(s["names"], [_tuple(o) for o in s["order"]], _frame(s["work"]), _frame(s["host"]), s["facts"])
+    )
+    segments = [Segment(**seg) for seg in env["segments"]]
+    return FilePart(account, _frame(env["lanes"]), stages, env["serving"], segments)
+
+
+def _tuple(value):
+    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
