@@ -50,16 +50,21 @@ def stage_part(spans: pl.DataFrame, options: PipelineOptions, world: int | None 
     if mapped.spans["stage"].drop_nulls().is_empty():
         return None
     work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
-    cpu = mapped.spans.filter(pl.col("stage").is_not_null() & pl.col("device").is_null()
-                              & pl.col("kind").is_in(["sync", "cpu_op", "runtime"]))
+    cpu = mapped.spans.filter(
+        pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(["sync", "cpu_op", "runtime"])
+    )
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts)
 
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
     """Reduce, first half: one stage numbering over all files (ordered by the stages' keys; a name seen in
     several files is one stage), and the work and host tables renumbered to it."""
-    used = {(n, o) for part in parts for i, (n, o) in enumerate(zip(part.names, part.order, strict=True))
-            if part.work.filter(pl.col("stage") == i).height}
+    used = {
+        (n, o)
+        for part in parts
+        for i, (n, o) in enumerate(zip(part.names, part.order, strict=True))
+        if part.work.filter(pl.col("stage") == i).height
+    }
     names = [n for n, _ in sorted(used, key=lambda item: (item[1], item[0]))]
     names = list(dict.fromkeys(names))
     index = {n: i for i, n in enumerate(names)}
@@ -69,9 +74,11 @@ def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFra
         renumber = pl.col("stage").replace_strict(remap, default=None, return_dtype=pl.Int32)
         works.append(part.work.with_columns(stage=renumber).filter(pl.col("stage").is_not_null()))
         hosts.append(part.host.with_columns(stage=renumber).filter(pl.col("stage").is_not_null()))
-    facts = {"pattern": next((p.facts["pattern"] for p in parts if p.facts["pattern"]), None),
-             "inferred": any(p.facts["inferred"] for p in parts),
-             "mode": "gpu" if any(p.facts["mode"] == "gpu" for p in parts) else "cpu"}
+    facts = {
+        "pattern": next((p.facts["pattern"] for p in parts if p.facts["pattern"]), None),
+        "inferred": any(p.facts["inferred"] for p in parts),
+        "mode": "gpu" if any(p.facts["mode"] == "gpu" for p in parts) else "cpu",
+    }
     work = pl.concat(works, how="vertical_relaxed") if works else pl.DataFrame()
     host = pl.concat(hosts, how="vertical_relaxed") if hosts else pl.DataFrame()
     return names, work, host, facts
@@ -295,26 +302,27 @@ def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
 
 
 def _timeline(work: pl.DataFrame) -> list[Segment]:
-    """Contiguous runs of one pass on a stage, plus communication, as segments."""
+    """Contiguous runs of one pass on a stage's lane, plus communication, as segments."""
+    keys = ["stage", "lane"]
     compute = (
         work.filter(pl.col("role") == "compute")
-        .sort("stage", "start")
+        .sort(*keys, "start")
         .with_columns(phase=pl.col("phase").fill_null("other"))
     )
-    run = pl.struct("phase", "microbatch", "chunk", "step").rle_id().over("stage")
+    run = pl.struct("phase", "microbatch", "chunk", "step").rle_id().over(keys)
     runs = (
         compute.with_columns(run=run)
-        .group_by("stage", "run", maintain_order=True)
+        .group_by(*keys, "run", maintain_order=True)
         .agg(
             pl.col("phase", "microbatch", "chunk", "step").first(), start=pl.col("start").min(), end=pl.col("end").max()
         )
     )
-    comm = merge(work.filter(pl.col("role") == "comm"), ["stage"]).with_columns(
+    comm = merge(work.filter(pl.col("role") == "comm"), keys).with_columns(
         phase=pl.lit("comm"),
         microbatch=pl.lit(None, pl.Int32),
         chunk=pl.lit(None, pl.Int32),
         step=pl.lit(None, pl.Int32),
     )
-    cols = ["stage", "start", "end", "phase", "microbatch", "chunk", "step"]
-    both = pl.concat([runs.select(cols), comm.select(cols)], how="vertical_relaxed").sort("stage", "start")
+    cols = ["stage", "start", "end", "phase", "microbatch", "chunk", "step", "lane"]
+    both = pl.concat([runs.select(cols), comm.select(cols)], how="vertical_relaxed").sort("stage", "start", "lane")
     return [Segment(*row) for row in both.iter_rows()]
