@@ -194,7 +194,8 @@ def _label_frame(found: pl.DataFrame, regex: str, pattern: str) -> pl.DataFrame:
 
 def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
     """Give each work span the (phase, microbatch, chunk) of the label holding its start (CPU work) or its
-    launch call's start (GPU work). Spans under no label get null phase."""
+    launch call's start (GPU work). Spans under no label get null phase. ``context`` names the top-level CPU
+    operator that launched GPU work (the span's own name for CPU work), for inferring passes without labels."""
     launches = spans.filter(pl.col("kind") == "runtime").select(
         "source", "correlation", launch_lane="lane", launch_pid="pid", launch_start="start"
     )
@@ -214,6 +215,7 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
         marks, on="at", by="at_lane", strategy="backward", check_sortedness=False
     )
     inside = pl.col("at") < pl.col("label_end")
+    joined = _launch_context(joined, spans)
     return joined.with_columns(
         phase=pl.when(inside).then("label_phase"),
         microbatch=pl.when(inside).then("label_mb"),
@@ -229,3 +231,19 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
         "label_mb",
         "label_chunk",
     )
+
+
+def _launch_context(keyed: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """``context``: the top-level CPU operator holding each GPU span's launch (autograd's for backward)."""
+    ops = spans.filter(pl.col("kind") == "cpu_op").sort("lane", "start", pl.col("end"), descending=[False, False, True])
+    reach = pl.col("end").cum_max().shift(1).over("lane")
+    top = ops.filter((pl.col("start") >= reach).fill_null(True)).select(
+        at_lane="lane", at="start", op_end="end", op_name="name"
+    )
+    joined = keyed.sort("at_lane", "at").join_asof(
+        top.sort("at_lane", "at"), on="at", by="at_lane", strategy="backward", check_sortedness=False
+    )
+    launched = pl.col("device").is_not_null() & (pl.col("at") < pl.col("op_end"))
+    return joined.with_columns(
+        context=pl.when(pl.col("device").is_null()).then("name").when(launched).then("op_name")
+    ).drop("op_end", "op_name")

@@ -26,7 +26,14 @@ def simulate(schedule: str, p: int, m: int, forward, backward, chunks: int = 1, 
 
 
 def write_pipeline(
-    folder: Path, sim, *, labels: bool = True, spin_before_forward: int = 0, offset_ns: int = 1_000_000
+    folder: Path,
+    sim,
+    *,
+    labels: bool = True,
+    spin_before_forward: int = 0,
+    spin_before_every_pass: int = 0,
+    context: bool = False,
+    offset_ns: int = 1_000_000,
 ) -> Path:
     """One ``rank{s}.json`` per stage. ``spin_before_forward`` ns of ``ncclDevKernel_SendRecv`` end where
     each forward of stages > 0 starts (a receive spinning while it waits for its activation)."""
@@ -43,6 +50,14 @@ def write_pipeline(
         if labels:
             events.append(_x("user_annotation", label, 100, 100, start - LAUNCH_NS, end))
         events.append(_x("cuda_runtime", "cudaLaunchKernel", 100, 100, start - LAUNCH_NS, 500, corr=corr))
+        if context:  # the operator that launched the kernel, as autograd names it
+            op = "aten::linear" if a.phase == "F" else "autograd::engine::evaluate_function: AddmmBackward0"
+            events.append(_x("cpu_op", op, 100, 100, start - LAUNCH_NS - 100, 800))
+        spin = min(spin_before_every_pass, start - offset_ns)
+        if spin > 0:
+            events.append(
+                _x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 2)
+            )
         events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, start, end - start, corr=corr))
         if spin_before_forward and a.phase == "F" and s > 0:
             spin = min(spin_before_forward, start - offset_ns)

@@ -137,3 +137,14 @@ def test_one_file_of_two_gpus_gives_a_stage_per_gpu():
     assert section.pipeline.schedule is None and section.pipeline.microbatches is None
     for s in section.stages:
         assert s.busy_ns + s.idle_ns == section.pipeline.window_ns
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_unlabelled_gpu_passes_are_inferred_from_their_launching_operators(tmp_path, schedule):
+    """No labels: a pass is a burst of kernels between communication kernels, backward when autograd's
+    operator launched it; the n-th forward burst of a stage is micro-batch n."""
+    sim = simulate(schedule, 4, 8, [10_000] * 4, [20_000] * 4)
+    folder = write_pipeline(tmp_path, sim, labels=False, context=True, spin_before_every_pass=2_000)
+    pipe = analyse(folder).pipeline
+    assert pipe.microbatches_inferred and (pipe.stages, pipe.microbatches, pipe.schedule) == (4, 8, schedule)
+    assert pipe.bubble_fraction == pytest.approx(sim.bubble_fraction)

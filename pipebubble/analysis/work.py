@@ -71,7 +71,7 @@ def infer_microbatches(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     breaks = (pl.col("role") == "comm") | pl.col("other") | (pl.col("step") != pl.col("step").shift(1))
     ordered = ordered.with_columns(burst=breaks.fill_null(True).cast(pl.Int32).cum_sum().over("stage"))
     is_pass = (pl.col("role") == "compute") & ~pl.col("other")
-    back = pl.col("name").str.contains(st.BACKWARD_NAMES) & is_pass
+    back = pl.col("context").fill_null(pl.col("name")).str.contains(st.BACKWARD_NAMES) & is_pass
     first_back = pl.col("start").filter(back).min().over("stage", "burst")
     guess = (
         pl.when(~is_pass)
