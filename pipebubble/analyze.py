@@ -20,5 +20,5 @@ def analyze(
     interference when they hold LLM engine steps."""
     ranks = ingested.spans["rank"].drop_nulls()
     world = int(ranks.max()) + 1 if ranks.len() else None
-    options = Options(pipeline or PipelineOptions(), serving or ServingOptions(), world)
+    options = Options(pipeline or PipelineOptions(), serving or ServingOptions(), world, len(ingested.files))
     return reduce([map_spans(f, options) for f in ingested.files], options)

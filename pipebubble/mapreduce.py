@@ -13,7 +13,7 @@ import io
 import os
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import msgspec
@@ -39,6 +39,7 @@ class Options:
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
     serving: ServingOptions = field(default_factory=ServingOptions)
     world: int | None = None  # ranks in the job, when a part sees only some
+    files: int = 0  # files in the job: a file alone with one stage is no pipeline
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     """Map, given a file already read."""
     spans = result.spans
     world = options.world or result.meta.get("world_size")
-    part = stage_part(spans, options.pipeline, world) if spans.height else None
+    part = stage_part(spans, options.pipeline, world, alone=options.files == 1) if spans.height else None
     serving, segments = interference(
         spans, step_regex=options.serving.step_regex, tbt_slo_ms=options.serving.tbt_slo_ms
     )
@@ -139,6 +140,7 @@ def run(
     from pipebubble.ingest import find_traces
 
     files = find_traces(paths)
+    options = replace(options, files=len(files))
     jobs = [(str(f), i) for i, f in enumerate(files)]
     if executor == "ray":
         blobs = _on_ray(jobs, options, use_cache, workers, ray_address, on_file)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipebubble.analysis.steps_inferred import infer_steps
 from pipebubble.analysis.steps_llm import CLASSES, attach_gpu, find_steps
 from pipebubble.report import Segment
 
@@ -50,7 +51,6 @@ def _step_ms(steps: pl.DataFrame) -> dict:
     return out
 
 
-
 def tbt_intervals(steps: pl.DataFrame) -> pl.DataFrame:
     """One row per decode-carrying step that follows another on its thread: ``start`` (the previous one's end),
     ``dur`` (the TBT proxy), ``prefill_tokens`` and ``prefill_steps`` in between (this step included),
@@ -58,7 +58,7 @@ def tbt_intervals(steps: pl.DataFrame) -> pl.DataFrame:
     marked = steps.sort("lane", "start").with_columns(
         cum_tokens=pl.col("prefill_tokens").fill_null(0).cum_sum().over("lane"),
         cum_pf=pl.col("cls").is_in(["prefill", "mixed"]).cast(pl.Int64).cum_sum().over("lane"))
-    dec = marked.filter(pl.col("decode_reqs").fill_null(0) > 0)
+    dec = marked.filter((pl.col("decode_reqs").fill_null(0) > 0) | pl.col("cls").is_in(["decode", "mixed"]))
     prev = pl.col("end").shift(1).over("lane")
     return dec.with_columns(
         start=prev, dur=pl.col("end") - prev,
@@ -156,7 +156,7 @@ def _gpu_ms(steps: pl.DataFrame) -> dict | None:
 
 
 def _source(steps: pl.DataFrame) -> str:
-    return "+".join(f"labels:{s}" for s in sorted(steps["source_label"].unique().to_list()))
+    return "+".join(s if s == "inferred" else f"labels:{s}" for s in sorted(steps["source_label"].unique().to_list()))
 
 
 def summarize(steps: pl.DataFrame, tbt_slo_ms: float | None = None) -> dict:
@@ -191,9 +191,10 @@ def summarize(steps: pl.DataFrame, tbt_slo_ms: float | None = None) -> dict:
 
 def interference(spans: pl.DataFrame, *, step_regex: str | None = None,
                  tbt_slo_ms: float | None = None) -> tuple[dict | None, list[Segment]]:
-    """The ``interference`` report section and per-step timeline segments; (None, []) without engine steps."""
+    """The ``interference`` report section and per-step timeline segments; (None, []) without engine steps.
+    Without step labels (and without ``step_regex``), steps are inferred (``steps_inferred``)."""
     steps = find_steps(spans, step_regex)
+    steps = attach_gpu(steps, spans) if steps.height or step_regex else infer_steps(spans)
     if steps.is_empty():
         return None, []
-    steps = attach_gpu(steps, spans)
     return summarize(steps, tbt_slo_ms), _segments(steps)

@@ -44,16 +44,28 @@ class StagePart:
     facts: dict
 
 
-def stage_part(spans: pl.DataFrame, options: PipelineOptions, world: int | None = None) -> StagePart | None:
-    """Map: one file's (or any subset's) stage work. None when no span belongs to a stage."""
+def stage_part(
+    spans: pl.DataFrame, options: PipelineOptions, world: int | None = None, alone: bool = False
+) -> StagePart | None:
+    """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
+    is ``alone`` (the whole job) and holds a single stage: no pipeline, so no work to label."""
+    if alone and not options.stages.rules and _one_stage(spans):
+        return None
     mapped = st.assign(spans, options.stages, world)
-    if mapped.spans["stage"].drop_nulls().is_empty():
+    stages = mapped.spans["stage"].drop_nulls()
+    if stages.is_empty() or (alone and stages.n_unique() < 2):
         return None
     work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
     cpu = mapped.spans.filter(
         pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(["sync", "cpu_op", "runtime"])
     )
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts)
+
+
+def _one_stage(spans: pl.DataFrame) -> bool:
+    """One rank and at most one GPU: whatever the stage rule, a single stage (cheap to tell, unlike assigning)."""
+    gpus = spans.filter(pl.col("device").is_not_null()).select("pid", "device").unique().height
+    return spans["rank"].n_unique() <= 1 and gpus <= 1
 
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
@@ -111,7 +123,8 @@ def reduce_stages(parts: list[StagePart], options: PipelineOptions = PipelineOpt
 def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOptions()) -> PipelineSection:
     """Map over the files in ``spans`` and reduce, in this process."""
     world = int(spans["rank"].max()) + 1 if spans["rank"].drop_nulls().len() else None
-    parts = [stage_part(group, options, world) for _, group in spans.group_by("source", maintain_order=True)]
+    groups = [group for _, group in spans.group_by("source", maintain_order=True)]
+    parts = [stage_part(group, options, world, alone=len(groups) == 1) for group in groups]
     return reduce_stages([p for p in parts if p is not None], options)
 
 

@@ -53,8 +53,9 @@ def capture(
     layers: Annotated[int, Opt(help="pipeline: MLP blocks in the whole model.")] = 8,
     device: Annotated[str, Opt(help="Workload device: cpu | cuda.")] = "cpu",
     chunked_prefill: Annotated[int, Opt(help="serve: token budget per step (0: chunked prefill off).")] = 0,
-    requests: Annotated[int, Opt(help="serve: requests to serve.")] = 16,
-    arrival_rate: Annotated[float, Opt(help="serve: request arrivals per second.")] = 20.0,
+    requests: Annotated[int, Opt(help="serve: requests to serve.")] = 32,
+    arrival_rate: Annotated[float, Opt(help="serve: new requests per engine step (0.25: one every 4 steps); "
+                                       "counted in steps, not seconds, so every run schedules alike.")] = 0.25,
 ) -> None:
     from pipebubble.capture import CaptureOptions
     from pipebubble.capture import capture as run_capture

@@ -162,10 +162,28 @@ def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
 
 
 def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
-    """Categories to kinds, GPU events to (device, stream), lanes named."""
-    cat = pl.col("cat").str.to_lowercase()
+    """Categories to kinds, GPU events to (device, stream), lanes named. Names and ids repeat heavily, so the
+    regexes and string formatting run once per distinct value and are joined back."""
+    kinds = raw.select("cat", "name").unique().with_columns(kind=_kind(), on_device=_on_device())
+    frame = raw.join(kinds, on=["cat", "name"], how="left", nulls_equal=True, maintain_order="left").with_columns(
+        device=pl.when("on_device").then(pl.col("pid")),
+        stream=pl.when("on_device").then(pl.col("tid")),
+        pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
+        tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
+    )
+    ids = ["on_device", "pid", "tid", "device"]
+    lanes = frame.select(ids).unique().with_columns(
+        lane=pl.when("on_device")
+        .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device")))
+        .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
+    )
+    frame = frame.join(lanes, on=ids, how="left", nulls_equal=True, maintain_order="left")
+    return spans.conform(frame.with_columns(source=pl.lit(source), rank=pl.lit(rank)))
+
+
+def _kind() -> pl.Expr:
     mapped = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KINDS, default="cpu_op")
-    kind = (
+    return (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
         .when((mapped == "kernel") & pl.col("name").str.contains(COMM_KERNEL))
@@ -176,22 +194,13 @@ def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
         .then(pl.lit("sync"))
         .otherwise(mapped)
     )
-    on_device = cat.is_in(
+
+
+def _on_device() -> pl.Expr:
+    on = pl.col("cat").str.to_lowercase().is_in(
         ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"]
     )
-    frame = raw.with_columns(kind=kind, on_device=on_device.fill_null(False)).with_columns(
-        device=pl.when("on_device").then(pl.col("pid")),
-        stream=pl.when("on_device").then(pl.col("tid")),
-        pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
-        tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
-    )
-    lane = (
-        pl.when("on_device")
-        .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device")))
-        .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
-    )
-    frame = frame.with_columns(lane=lane, source=pl.lit(source), rank=pl.lit(rank))
-    return spans.conform(frame)
+    return on.fill_null(False)
 
 
 def _names(events: pl.DataFrame, which: str) -> dict[str, str]:

@@ -26,8 +26,8 @@ class WorkloadSettings:
     layers: int = 8
     device: str = "cpu"
     chunked_prefill: int = 0  # token budget per step; 0 = off (whole prompts, prefill-only steps)
-    requests: int = 16
-    arrival_rate: float = 20.0  # requests per second
+    requests: int = 32
+    arrival_rate: float = 0.25  # new requests per engine step (deterministic, not per second)
 
 
 def workload_command(name: str, settings: WorkloadSettings,

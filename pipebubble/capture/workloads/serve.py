@@ -26,7 +26,7 @@ import numpy as np
 
 D_MODEL, HEADS, LAYERS, VOCAB, MAX_LEN = 512, 8, 1, 2048, 1024
 HEAD_DIM = D_MODEL // HEADS
-PROMPT_TOKENS, OUTPUT_TOKENS = (512, 768), (8, 16)  # prompts 2-3x the 256-token budget of the samples
+PROMPT_TOKENS, OUTPUT_TOKENS = (512, 740), (6, 12)  # prompts 2-3x the 256-token budget of the samples
 MAX_PREFILL_TOKENS = 2048  # per step without chunked prefill
 
 
@@ -48,8 +48,8 @@ class Request:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipebubble.capture.workloads.serve")
     parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--arrival-rate", type=float, default=0.2,
-                        help="new requests per engine step (0.2: one every 5 steps); deterministic")
+    parser.add_argument("--arrival-rate", type=float, default=0.25,
+                        help="new requests per engine step (0.25: one every 4 steps); deterministic")
     parser.add_argument("--chunked-prefill", type=int, default=0, help="token budget per step; 0 = off")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--seed", type=int, default=0)
@@ -63,7 +63,8 @@ def make_requests(args) -> list[Request]:
 
 
 class Model:
-    """Bias-free weights applied with plain matrix products (one profiler event each, not five)."""
+    """A parallel-block decoder (attention and MLP read one shared layer norm, as in GPT-J and PaLM) with
+    bias-free weights applied by plain matrix products: few profiler events per step."""
 
     def __init__(self, device, slots: int):
         import torch
@@ -77,60 +78,62 @@ class Model:
         self.embed, self.head = weight(VOCAB, D_MODEL), weight(D_MODEL, VOCAB)
         self.layers = [(weight(D_MODEL, 3 * D_MODEL), weight(D_MODEL, D_MODEL), weight(D_MODEL, 4 * D_MODEL),
                         weight(4 * D_MODEL, D_MODEL)) for _ in range(LAYERS)]
-        shape = (slots, HEADS, MAX_LEN, HEAD_DIM)
-        self.caches = [(torch.zeros(shape, device=device), torch.zeros(shape, device=device)) for _ in range(LAYERS)]
+        # One KV cache per layer: (slot, position) rows of keys and values, written by one index_copy_ a step.
+        self.caches = [torch.zeros(slots, MAX_LEN, 2, HEADS, HEAD_DIM, device=device) for _ in range(LAYERS)]
 
     def tensor(self, array: np.ndarray):
-        return self.torch.from_numpy(array).to(self.device)
+        t = self.torch.from_numpy(array)
+        return t if self.device.type == "cpu" else t.to(self.device)
 
     def forward(self, tokens, decodes, prefills) -> list[int]:
         """Next token of every decode and of every prompt chunk; `decodes` are (slot, position) pairs,
         `prefills` (slot, first position, tokens), in the order their tokens appear in `tokens`."""
         slot = np.array([s for s, _ in decodes] + [s for s, _, n in prefills for _ in range(n)])
         pos = np.array([p for _, p in decodes] + [p for _, start, n in prefills for p in range(start, start + n)])
-        at = (self.tensor(slot), self.tensor(pos))
+        at = self.tensor(slot * MAX_LEN + pos)
         x = self.embed[self.tensor(np.array(tokens))]
         for weights, cache in zip(self.layers, self.caches, strict=True):
             x = self.layer(x, weights, cache, at, decodes, prefills)
         ends = np.cumsum([1] * len(decodes) + [n for _, _, n in prefills]) - 1
-        norm = self.torch.nn.functional.layer_norm
-        return self.torch.mm(norm(x[self.tensor(ends)], (D_MODEL,)), self.head).argmax(-1).tolist()
+        return self.torch.mm(x[self.tensor(ends)], self.head).argmax(-1).tolist()  # no final norm: fewer events
 
     def layer(self, x, weights, cache, at, decodes, prefills):
-        f = self.torch.nn.functional
+        mm, f = self.torch.mm, self.torch.nn.functional
         w_qkv, w_out, w_up, w_down = weights
-        q, k, v = self.torch.mm(f.layer_norm(x, (D_MODEL,)), w_qkv).view(-1, 3, HEADS, HEAD_DIM).unbind(1)
-        cache[0][at[0], :, at[1]], cache[1][at[0], :, at[1]] = k, v
+        h = f.layer_norm(x, (D_MODEL,))
+        qkv = mm(h, w_qkv).view(-1, 3, HEADS, HEAD_DIM)
+        cache.view(-1, 2, HEADS, HEAD_DIM).index_copy_(0, at, qkv[:, 1:])
+        q = qkv[:, 0]
         outs = [self.attend_decodes(q[:len(decodes)], cache, decodes)] if decodes else []
         offset = len(decodes)
         for slot, start, n in prefills:
             outs.append(self.attend_prefill(q[offset:offset + n], cache, slot, start))
             offset += n
-        x = x + self.torch.mm(self.torch.cat(outs), w_out)
-        return x + self.torch.mm(f.gelu(self.torch.mm(f.layer_norm(x, (D_MODEL,)), w_up)), w_down)
+        attended = outs[0] if len(outs) == 1 else self.torch.cat(outs)
+        return x + mm(attended, w_out) + mm(f.gelu(mm(h, w_up)), w_down)
 
-    def attend(self, q, keys, values, visible: np.ndarray):
-        """Softmax attention of q (batch, queries, dim) over keys and values (batch, keys, dim); `visible`
+    def attend(self, q, kv, visible: np.ndarray):
+        """Softmax attention of q (batch, queries, dim) over kv (2, batch, keys, dim); `visible`
         (queries, keys), or per batch row, says which keys each query sees."""
         bias = self.tensor(np.where(visible, 0.0, -np.inf).astype(np.float32))
-        scores = self.torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=HEAD_DIM ** -0.5)
-        return self.torch.bmm(scores.softmax(-1), values)
+        scores = self.torch.baddbmm(bias, q, kv[0].transpose(1, 2), alpha=HEAD_DIM ** -0.5)
+        return self.torch.bmm(scores.softmax(-1), kv[1])
 
     def attend_decodes(self, q, cache, decodes):
         """All decodes in one call over their caches padded to the longest, each query masked to its own."""
         positions = np.repeat([p for _, p in decodes], HEADS)
         ctx = int(positions.max()) + 1
-        slots = self.tensor(np.array([s for s, _ in decodes]))
-        keys, values = (c[slots, :, :ctx].view(-1, ctx, HEAD_DIM) for c in cache)
+        kv = cache[self.tensor(np.array([s for s, _ in decodes])), :ctx]  # (g, ctx, 2, heads, dim)
+        kv = kv.permute(2, 0, 3, 1, 4).reshape(2, -1, ctx, HEAD_DIM)
         visible = np.arange(ctx)[None, None, :] <= positions[:, None, None]
-        return self.attend(q.reshape(-1, 1, HEAD_DIM), keys, values, visible).view(-1, D_MODEL)
+        return self.attend(q.reshape(-1, 1, HEAD_DIM), kv, visible).view(-1, D_MODEL)
 
     def attend_prefill(self, q, cache, slot, start):
         """One prompt (or chunk) against its cache: causal, offset by the chunk's start."""
         n = q.shape[0]
-        keys, values = (c[slot, :, :start + n] for c in cache)
+        kv = cache[slot, :start + n].permute(1, 2, 0, 3)  # (2, heads, keys, dim)
         visible = np.arange(start + n)[None, :] <= np.arange(start, start + n)[:, None]
-        return self.attend(q.transpose(0, 1), keys, values, visible).transpose(0, 1).reshape(n, D_MODEL)
+        return self.attend(q.transpose(0, 1), kv, visible).transpose(0, 1).reshape(n, D_MODEL)
 
 
 class Engine:
@@ -198,6 +201,8 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     import torch
 
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # step times that do not depend on how many cores are free
     requests = make_requests(args)
     engine = Engine(args, requests, torch.device(args.device))
     steps = engine.run()
