@@ -11,6 +11,6 @@ $pipeline --schedule gpipe --out sample_traces/pipeline_gpipe
 $pipeline --schedule 1f1b --out sample_traces/pipeline_1f1b
 $pipeline --schedule 1f1b --imbalance 1.6 --out sample_traces/pipeline_1f1b_imbalanced
 
-serve="pipebubble capture --workload serve --requests 12 --arrival-rate 100"
+serve="pipebubble capture --workload serve --requests 32 --arrival-rate 0.25"
 $serve --out sample_traces/serve
 $serve --chunked-prefill 256 --out sample_traces/serve_chunked_prefill

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import chrome, load
+from pipebubble.ingest import chrome
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

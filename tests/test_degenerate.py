@@ -38,3 +38,11 @@ def test_report_of_one_span_and_of_nothing():
     assert report.to_dict()["lanes"][0]["busy_ns"] == 150
     with pytest.raises(TraceFormatError, match="nothing to analyse"):
         analyze(Ingested(spans.empty(), [FileResult("t", spans.empty(), 3)]))
+
+
+@pytest.mark.parametrize("table", [spans.empty(), one_span("kernel", 0), one_span("annotation", None)],
+                         ids=["empty", "one-kernel", "one-annotation"])
+def test_interference_of_one_span_and_of_nothing(table):
+    from pipebubble.analysis.interference import interference
+
+    assert interference(table) == (None, [])
