@@ -50,8 +50,8 @@ class _Event(msgspec.Struct, gc=False):
 class _X(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     cat: str | None = None
     name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
+    pid: int | None = None  # a named process (string id) sends the block to the tolerant path
+    tid: int | None = None
     ts: float | None = None
     dur: float | None = None
     args: _Args = _NO_ARGS
@@ -92,9 +92,14 @@ _TEXT_TS = msgspec.json.Decoder(list[_EventTs])
 def decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     """Columns (``COLUMNS``) of the kept events in ``block`` (a JSON array) and a count of every phase."""
     try:
-        events = _FAST.decode(block)
+        return _decode_block(block)
     except UnicodeDecodeError:  # invalid UTF-8 in a name: keep the event, replace the bad bytes
-        return decode_block(block.decode("utf-8", "replace").encode())
+        return _decode_block(block.decode("utf-8", "replace").encode())
+
+
+def _decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
+    try:
+        events = _FAST.decode(block)
     except msgspec.ValidationError:
         return _tolerant(block)
     by_type = Counter(map(type, events))
@@ -102,7 +107,7 @@ def decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     xs = [e for e in events if type(e) is _X] if by_type[_X] != len(events) else events
     rest = [e for e in events if type(e) in _KEPT_TYPES] if sum(by_type[t] for t in _KEPT_TYPES) else []
     del events
-    frames = [_complete(xs, ["X"] * len(xs))]
+    frames = [_complete(xs, typed=True)]
     if rest:
         frames.append(_kept([_PHASE[type(e)] for e in rest], rest))
     frame = pl.concat(frames, how="vertical")
@@ -112,21 +117,23 @@ def decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
 _KEPT_TYPES = frozenset(_KEPT.values())
 
 
-def _complete(xs: list[Any], phs: list[Any]) -> pl.DataFrame:
-    col = _columns(xs)
+def _complete(xs: list[Any], typed: bool = False) -> pl.DataFrame:
+    """Complete events; ``typed``: decoded by the fast path, so ids are already ints or None."""
+    col, n = _columns(xs), len(xs)
+    ids = (lambda k: col(k, pl.Int64)) if typed else (lambda k: _ids(col(k, None)))
     return pl.DataFrame(
         {
-            "ph": pl.Series(phs, dtype=pl.String, strict=False),
+            "ph": pl.repeat("X", n, dtype=pl.String, eager=True),
             "cat": col("cat", pl.String),
             "name": col("name", pl.String),
-            "pid": _ids(col("pid", None)),
-            "tid": _ids(col("tid", None)),
+            "pid": ids("pid"),
+            "tid": ids("tid"),
             "ts_ns": _us_to_ns(col("ts", pl.Float64)),
             "dur_ns": (col("dur", pl.Float64) * 1000).round().cast(pl.Int64),
-            "id": pl.Series([None] * len(xs), dtype=pl.String),
+            "id": pl.repeat(None, n, dtype=pl.String, eager=True),
             "external_id": col("args.external_id", pl.Int64),
             "correlation": col("args.correlation", pl.Int64),
-            "arg_name": pl.Series([None] * len(xs), dtype=pl.String),
+            "arg_name": pl.repeat(None, n, dtype=pl.String, eager=True),
         }
     )
 
@@ -172,7 +179,7 @@ def _tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     kept = [e for e in events if e.ph in KEPT_PHASES]
     x = [e for e in kept if e.ph == "X"]
     rest = [e for e in kept if e.ph != "X"]
-    frame = pl.concat([_complete(x, ["X"] * len(x)), _kept([e.ph for e in rest], rest)], how="vertical")
+    frame = pl.concat([_complete(x), _kept([e.ph for e in rest], rest)], how="vertical")
     return _exact_ts(frame, block, ordered=True), phases
 
 
