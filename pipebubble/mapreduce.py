@@ -73,15 +73,12 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     return FilePart(account, lane_table(spans), part, serving, segments)
 
 
-def map_file(path: str, position: int, options: Options, use_cache: bool = True) -> bytes:
-    """Map, in a worker: read ``path`` where it lies and return the part as bytes."""
-    from pipebubble.ingest import cache, read_one
+def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:
+    """Map, in a worker: read ``path`` where it lies (a big JSON file on ``workers`` processes) and return the
+    part as bytes. Nsight reports move onto UTC by themselves so reports mapped apart line up."""
+    from pipebubble.ingest import nsys, read_file
 
-    result = cache.get(Path(path)) if use_cache else None
-    if result is None:
-        result = read_one(Path(path), position)
-        if use_cache:
-            cache.put(Path(path), result)
+    result = nsys.to_utc(read_file(Path(path), position, use_cache, workers))
     return encode(map_spans(result, options))
 
 

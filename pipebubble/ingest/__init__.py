@@ -91,6 +91,20 @@ def load(
     return Ingested(table, done)
 
 
+def read_file(path: Path, position: int = 0, use_cache: bool = True, workers: int = 1) -> FileResult:
+    """One file through the cache; a big JSON file is decoded on ``workers`` processes."""
+    result = cache.get(path) if use_cache else None
+    if result is None:
+        if workers > 1 and _worth_splitting(path):
+            with _pool(workers) as pool:
+                result = read_one(path, position, pool)
+        else:
+            result = read_one(path, position)
+        if use_cache:
+            cache.put(path, result)
+    return result
+
+
 def read_one(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
     """Read one trace file (or Nsight parquet folder), whatever its format; ``pool`` decodes the blocks of
     one big JSON file in parallel."""

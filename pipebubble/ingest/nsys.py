@@ -77,14 +77,22 @@ def align_clocks(results: list[FileResult]) -> list[FileResult]:
         if offset is None:
             unaligned = several and result.format == "nsys"
             note = "no TARGET_INFO_SESSION_START_TIME: clock not aligned with the other reports"
-            out.append(
-                dataclasses.replace(result, warnings=[*result.warnings, note]) if unaligned else result
-            )
+            out.append(dataclasses.replace(result, warnings=[*result.warnings, note]) if unaligned else result)
             continue
         shift = offset - base
         spans = result.spans.with_columns(pl.col("start") + shift, pl.col("end") + shift)
         out.append(dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": shift}))
     return out
+
+
+def to_utc(result: FileResult) -> FileResult:
+    """One report on the UTC clock by itself (``utc = t + utcEpochNs - systemClockNs``), so reports read in
+    separate processes line up without seeing each other. Unchanged when the session start is unknown."""
+    offset = _utc_offset(result.meta) if result.format == "nsys" else None
+    if not offset:
+        return result
+    spans = result.spans.with_columns(pl.col("start") + offset, pl.col("end") + offset)
+    return dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": offset})
 
 
 def _utc_offset(meta: dict[str, Any]) -> int | None:
@@ -103,14 +111,10 @@ def _open(path: Path, cache_dir: Path | None) -> Tables:
     elif is_sqlite(path):
         tables = SqliteTables(path)
     else:
-        raise TraceFormatError(
-            path, "expected an Nsight Systems SQLite export, parquetdir folder or .nsys-rep"
-        )
+        raise TraceFormatError(path, "expected an Nsight Systems SQLite export, parquetdir folder or .nsys-rep")
     if not looks_like_nsys(tables.names):
         tables.close()
-        raise TraceFormatError(
-            path, "not an Nsight Systems export: no StringIds with CUPTI_* or NVTX_EVENTS tables"
-        )
+        raise TraceFormatError(path, "not an Nsight Systems export: no StringIds with CUPTI_* or NVTX_EVENTS tables")
     return tables
 
 
@@ -123,9 +127,7 @@ def _export_report(report: Path, cache_dir: Path | None) -> Path:
     if not report.is_file():
         raise TraceFormatError(report, "no such file")
     if shutil.which("nsys") is None:
-        hint = shlex.join(
-            ["nsys", "export", "--type", "sqlite", "-o", str(report.with_suffix(".sqlite")), str(report)]
-        )
+        hint = shlex.join(["nsys", "export", "--type", "sqlite", "-o", str(report.with_suffix(".sqlite")), str(report)])
         raise TraceFormatError(report, f"reading a report needs nsys on PATH; export it first: {hint}")
     stat = report.stat()
     key = hashlib.sha256(f"{report.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
