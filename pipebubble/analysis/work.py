@@ -12,9 +12,11 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble import stages as st
+from pipebubble.analysis.intervals import merge
 from pipebubble.spans import GPU_WORK
 
-WORK_COLUMNS = ["stage", "lane", "role", "name", "start", "end", "phase", "microbatch", "chunk", "step"]
+WORK_COLUMNS = ["stage", "lane", "role", "start", "end", "phase", "microbatch", "chunk", "step"]
+LABEL_KEYS = ["stage", "lane", "role", "phase", "microbatch", "chunk", "step"]
 OTHER_RANGES = r"^Optimizer\.|zero_grad|^ProfilerStep#"
 
 
@@ -36,7 +38,8 @@ def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tupl
     inferred = pattern is None
     work = infer_microbatches(work, spans) if inferred else _steps(work, spans)
     facts = {"pattern": pattern, "inferred": inferred, "mode": "gpu" if gpu_stages else "cpu"}
-    return work.select(WORK_COLUMNS).sort("stage", "start"), facts
+    # Spans of one pass that overlap or touch become one interval: every union taken later is unchanged.
+    return merge(work.select(WORK_COLUMNS), LABEL_KEYS).select(WORK_COLUMNS).sort("stage", "start"), facts
 
 
 def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
