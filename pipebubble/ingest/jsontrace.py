@@ -207,7 +207,14 @@ def _decode_region(
     cuts = _cuts(region)
     if pool is not None and on_disk is not None and len(cuts) > 1:
         jobs = [pool.submit(_try_file_block, str(path), on_disk + a, b - a) for a, b in cuts]
-        results = [job.result() for job in jobs]
+        results: list = [None] * len(cuts)
+        # While the workers start, this process decodes from the far end the blocks none has taken yet.
+        for j in reversed(range(len(cuts))):
+            if not jobs[j].cancel():
+                break
+            a, b = cuts[j]
+            results[j] = _try_block(b"".join((b"[", region[a:b], b"]")))
+        results = [r if r is not None else job.result() for r, job in zip(results, jobs, strict=True)]
     else:
         results = [_try_block(b"".join((b"[", region[a:b], b"]"))) for a, b in cuts]
     blocks: list[tuple[pl.DataFrame, Counter]] = []
