@@ -57,7 +57,8 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     """Map, given a file already read."""
     spans = result.spans
     world = options.world or result.meta.get("world_size")
-    part = stage_part(spans, options.pipeline, world, alone=options.files == 1) if spans.height else None
+    groups = result.meta.get("pg_config")
+    part = stage_part(spans, options.pipeline, world, options.files == 1, groups) if spans.height else None
     serving, segments = interference(
         spans, step_regex=options.serving.step_regex, tbt_slo_ms=options.serving.tbt_slo_ms
     )
@@ -246,7 +247,14 @@ def decode(blob: bytes) -> FilePart:
     stages = (
         None
         if s is None
-        else StagePart(s["names"], [_tuple(o) for o in s["order"]], _frame(s["work"]), _frame(s["host"]), s["facts"])
+        else StagePart(
+            s["names"],
+            [_tuple(o) for o in s["order"]],
+            _frame(s["work"]),
+            _frame(s["host"]),
+            s["facts"],
+            s.get("pipeline"),
+        )
     )
     segments = [Segment(**seg) for seg in env["segments"]]
     return FilePart(account, _frame(env["lanes"]), stages, env["serving"], segments)

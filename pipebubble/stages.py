@@ -61,13 +61,21 @@ class StageMap:
     names: list[str] = field(default_factory=list)
     method: str = ""
     order: list[tuple] = field(default_factory=list)  # sort key of each stage, to order stages across files
+    pipeline: int | None = None  # lowest rank of the pipeline group the stages belong to, when one was found
 
 
-def assign(spans: pl.DataFrame, options: StageOptions = StageOptions(), world: int | None = None) -> StageMap:
+def assign(
+    spans: pl.DataFrame, options: StageOptions = StageOptions(), world: int | None = None, groups: list | None = None
+) -> StageMap:
     """Fill the ``stage`` column (null for spans that belong to no stage). ``world``: the job's number of
-    ranks, when ``spans`` hold only some of them (one file of many)."""
+    ranks, when ``spans`` hold only some of them (one file of many); ``groups``: the file's process groups
+    (Kineto ``distributedInfo.pg_config``), where a pipeline group gives each rank its stage."""
     if options.rules:
         return _by_rules(spans, options.rules)
+    if not options.stage_by and not options.pp_size:
+        by_group = _by_pipeline_group(spans, groups or [])
+        if by_group is not None:
+            return by_group
     method = options.stage_by or _default_method(spans)
     if method == "rank" and options.pp_size:
         return _by_pipeline_rank(spans, options.pp_size, options.rank_order, world)
@@ -134,6 +142,34 @@ def _by_pipeline_rank(spans: pl.DataFrame, pp: int, order: str, world: int | Non
     peer = rank // pp if order == "pp-dp-tp" else rank % (world // pp)
     frame = spans.with_columns(stage=pl.when(peer == 0).then(stage).cast(pl.Int32))
     return StageMap(frame, [f"pp{s}" for s in range(pp)], f"rank (pp={pp}, {order})", [(s,) for s in range(pp)])
+
+
+PIPELINE_GROUP = re.compile(r"(?i)pipe|(^|[_:\s-])pp($|[_:\s-])")
+
+
+def pipeline_group(groups: list, rank: int) -> list[int] | None:
+    """The ranks of ``rank``'s pipeline group: a process group whose description names it (Megatron's
+    ``PIPELINE_MODEL_PARALLEL_GROUP``, a device mesh's ``pp`` dimension ...)."""
+    for group in groups:
+        if not isinstance(group, dict):
+            continue
+        ranks, desc = group.get("ranks"), f"{group.get('pg_desc', '')} {group.get('pg_name', '')}"
+        if isinstance(ranks, list) and rank in ranks and len(ranks) > 1 and PIPELINE_GROUP.search(desc):
+            return sorted(int(r) for r in ranks)
+    return None
+
+
+def _by_pipeline_group(spans: pl.DataFrame, groups: list) -> StageMap | None:
+    """One file of one rank in a pipeline group: its stage is the rank's place in the group."""
+    ranks = spans["rank"].drop_nulls().unique().to_list()
+    members = pipeline_group(groups, ranks[0]) if len(ranks) == 1 else None
+    if members is None:
+        return None
+    index = members.index(ranks[0])
+    names = [f"pp{i}" for i in range(len(members))]
+    order = [(i,) for i in range(len(members))]
+    frame = spans.with_columns(stage=pl.lit(index, pl.Int32))
+    return StageMap(frame, names, "pipeline group", order, pipeline=members[0])
 
 
 def _by_rules(spans: pl.DataFrame, rules: tuple[tuple[str, str], ...]) -> StageMap:

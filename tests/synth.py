@@ -34,9 +34,13 @@ def write_pipeline(
     spin_before_every_pass: int = 0,
     context: bool = False,
     offset_ns: int = 1_000_000,
+    rank_of=None,
+    world: int | None = None,
+    groups: list | None = None,
 ) -> Path:
     """One ``rank{s}.json`` per stage. ``spin_before_forward`` ns of ``ncclDevKernel_SendRecv`` end where
-    each forward of stages > 0 starts (a receive spinning while it waits for its activation)."""
+    each forward of stages > 0 starts (a receive spinning while it waits for its activation). ``rank_of``
+    maps a stage to its rank and ``groups`` is written as ``distributedInfo.pg_config``."""
     folder.mkdir(parents=True, exist_ok=True)
     p = sim.schedule.stages
     per_stage: dict[int, list[dict]] = {s: [] for s in range(p)}
@@ -65,12 +69,12 @@ def write_pipeline(
                 _x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 1)
             )
     for s, events in per_stage.items():
-        doc = {
-            "schemaVersion": 1,
-            "distributedInfo": {"rank": s, "world_size": p, "backend": "nccl"},
-            "traceEvents": events,
-        }
-        (folder / f"rank{s}.json").write_text(json.dumps(doc))
+        rank = rank_of(s) if rank_of else s
+        info = {"rank": rank, "world_size": world or p, "backend": "nccl"}
+        if groups is not None:
+            info["pg_config"] = groups
+        doc = {"schemaVersion": 1, "distributedInfo": info, "traceEvents": events}
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
     return folder
 
 

@@ -148,3 +148,24 @@ def test_unlabelled_gpu_passes_are_inferred_from_their_launching_operators(tmp_p
     pipe = analyse(folder).pipeline
     assert pipe.microbatches_inferred and (pipe.stages, pipe.microbatches, pipe.schedule) == (4, 8, schedule)
     assert pipe.bubble_fraction == pytest.approx(sim.bubble_fraction)
+
+
+def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_path):
+    """8 ranks: two data-parallel replicas of a 4-stage pipeline, pipeline groups [0,2,4,6] and [1,3,5,7]
+    (the second replica twice as slow). The ranks' pg_config names the pipeline groups: 4 stages, replica 0."""
+    from pipebubble.analyze import analyze
+
+    groups = [
+        {"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(8))},
+        {"pg_name": "1", "pg_desc": "mesh_pp", "ranks": [0, 2, 4, 6]},
+        {"pg_name": "2", "pg_desc": "mesh_pp", "ranks": [1, 3, 5, 7]},
+        {"pg_name": "3", "pg_desc": "mesh_dp", "ranks": [0, 1]},
+    ]
+    fast = simulate("1f1b", 4, 8, [10_000] * 4, [20_000] * 4)
+    slow = simulate("1f1b", 4, 8, [20_000] * 4, [40_000] * 4)
+    write_pipeline(tmp_path, fast, rank_of=lambda s: 2 * s, world=8, groups=groups)
+    write_pipeline(tmp_path, slow, rank_of=lambda s: 2 * s + 1, world=8, groups=groups)
+    report = analyze(load([tmp_path], use_cache=False))
+    assert [s.name for s in report.stages] == ["pp0", "pp1", "pp2", "pp3"]
+    assert [s.lanes for s in report.stages] == [[f"rank{2 * s}/gpu0"] for s in range(4)]
+    assert report.pipeline.bubble_fraction == pytest.approx(fast.bubble_fraction)

@@ -42,16 +42,21 @@ class StagePart:
     work: pl.DataFrame  # WORK_COLUMNS; ``stage`` indexes ``names``
     host: pl.DataFrame  # stage, kind, start, end: merged CPU activity per stage and kind
     facts: dict
+    pipeline: int | None = None  # the pipeline group (its lowest rank), when stages came from one
 
 
 def stage_part(
-    spans: pl.DataFrame, options: PipelineOptions, world: int | None = None, alone: bool = False
+    spans: pl.DataFrame,
+    options: PipelineOptions,
+    world: int | None = None,
+    alone: bool = False,
+    groups: list | None = None,
 ) -> StagePart | None:
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
     is ``alone`` (the whole job) and holds a single stage: no pipeline, so no work to label."""
     if alone and not options.stages.rules and _one_stage(spans):
         return None
-    mapped = st.assign(spans, options.stages, world)
+    mapped = st.assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()
     if stages.is_empty() or (alone and stages.n_unique() < 2):
         return None
@@ -59,7 +64,7 @@ def stage_part(
     cpu = mapped.spans.filter(
         pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(["sync", "cpu_op", "runtime"])
     )
-    return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts)
+    return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
 
 
 def _one_stage(spans: pl.DataFrame) -> bool:
@@ -70,7 +75,12 @@ def _one_stage(spans: pl.DataFrame) -> bool:
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
     """Reduce, first half: one stage numbering over all files (ordered by the stages' keys; a name seen in
-    several files is one stage), and the work and host tables renumbered to it."""
+    several files is one stage), and the work and host tables renumbered to it. Where ranks name their
+    pipeline groups, the pipeline analysed is the one holding the lowest rank (data-parallel replicas of
+    it are left out)."""
+    groups = {p.pipeline for p in parts if p.pipeline is not None}
+    if groups:
+        parts = [p for p in parts if p.pipeline == min(groups)]
     used = {
         (n, o)
         for part in parts
