@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from concurrent.futures import Executor
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -60,23 +61,24 @@ _NOT_SPANS = {
 
 
 def read(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
-    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``); ``pool`` decodes blocks in parallel."""
+    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``); ``pool`` decodes blocks in parallel.
+    Complete events become spans where their block was decoded; only B/E, async and metadata events
+    (few) come back here to be paired and named."""
     data, gzip_warning = jsontrace.read_bytes(path)
-    decoded = jsontrace.decode(path, data, pool)
+
+    def finish(header: dict) -> jsontrace.Finish:
+        return partial(
+            block_spans, source=str(path), rank=_rank(header, path, position), base=header.get("base_time_ns") or 0
+        )
+
+    decoded = jsontrace.decode(path, data, pool, finish)
     del data
     header, events = decoded.header, decoded.events
-    rank = header.get("rank")
-    if rank is None:
-        match = _RANK_IN_NAME.search(path.name)
-        rank = int(match.group(1)) if match else position
-    base = header.get("base_time_ns") or 0
-    events = events.with_columns(ts_ns=pl.col("ts_ns") + base)
-    skipped: Counter[str] = Counter()
-    complete, not_kept = _complete_spans(events, decoded.phases)
-    skipped.update(not_kept)
+    rank = _rank(header, path, position)
+    skipped = _not_spans(decoded.phases) + decoded.skipped
     paired, unmatched = _paired_spans(events)
     skipped.update(unmatched)
-    table = _to_spans(pl.concat([complete, paired], how="vertical_relaxed"), str(path), rank)
+    table = pl.concat([*decoded.spans, _to_spans(paired, str(path), rank)], how="vertical")
     warnings = [gzip_warning] if gzip_warning else []
     if decoded.unread_bytes:
         warnings.append(
@@ -89,23 +91,39 @@ def read(path: Path, position: int = 0, pool: Executor | None = None) -> FileRes
         "process_names": _names(events, "process_name"),
         "thread_names": _names(events, "thread_name"),
     }
-    return FileResult(
-        str(path),
-        table,
-        decoded.phases.total(),
-        skipped,
-        warnings,
-        meta,
-        "kineto" if header.get("kineto") else "chrome",
-    )
+    fmt = "kineto" if header.get("kineto") else "chrome"
+    return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt)
 
 
-def _complete_spans(events: pl.DataFrame, phases: Counter[str]) -> tuple[pl.DataFrame, Counter[str]]:
-    """``X`` events as spans; every other phase counted by what it is."""
+def _rank(header: dict, path: Path, position: int) -> int:
+    """``distributedInfo.rank``, else a ``rank-N``/``rankN`` file name, else the file's position."""
+    if header.get("rank") is not None:
+        return header["rank"]
+    match = _RANK_IN_NAME.search(path.name)
+    return int(match.group(1)) if match else position
+
+
+def block_spans(events: pl.DataFrame, source: str, rank: int, base: int) -> tuple[pl.DataFrame, pl.DataFrame, Counter]:
+    """One block's complete events as spans; the events to pair or name later (with ``base`` added), and
+    the count of complete events not kept."""
+    events = events.with_columns(ts_ns=pl.col("ts_ns") + base)
+    complete, skipped = _complete_spans(events)
+    rest = events.filter(pl.col("ph").is_in(["B", "E", "b", "e", "M"]))
+    return rest, _to_spans(complete, source, rank), skipped
+
+
+def _not_spans(phases: Counter[str]) -> Counter[str]:
+    """Every phase that never becomes a span, counted by what it is."""
     skipped: Counter[str] = Counter()
     for ph, n in phases.items():
         if ph not in ("X", "B", "E", "b", "e"):
             skipped[_NOT_SPANS.get(ph, f"phase {ph!r}")] += n
+    return skipped
+
+
+def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
+    """``X`` events with a valid time as span rows; those without, and Kineto's own profile span, counted."""
+    skipped: Counter[str] = Counter()
     x = events.filter(pl.col("ph") == "X")
     bad = x.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0))
     if bad.height:
@@ -172,10 +190,14 @@ def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
         tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
     )
     ids = ["on_device", "pid", "tid", "device"]
-    lanes = frame.select(ids).unique().with_columns(
-        lane=pl.when("on_device")
-        .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device")))
-        .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
+    lanes = (
+        frame.select(ids)
+        .unique()
+        .with_columns(
+            lane=pl.when("on_device")
+            .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device")))
+            .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
+        )
     )
     frame = frame.join(lanes, on=ids, how="left", nulls_equal=True, maintain_order="left")
     return spans.conform(frame.with_columns(source=pl.lit(source), rank=pl.lit(rank)))
@@ -197,8 +219,10 @@ def _kind() -> pl.Expr:
 
 
 def _on_device() -> pl.Expr:
-    on = pl.col("cat").str.to_lowercase().is_in(
-        ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"]
+    on = (
+        pl.col("cat")
+        .str.to_lowercase()
+        .is_in(["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"])
     )
     return on.fill_null(False)
 

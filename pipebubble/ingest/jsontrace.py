@@ -13,6 +13,7 @@ import mmap
 import re
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,21 @@ _PROBE = msgspec.json.Decoder(list[msgspec.Raw])  # syntax only: is this prefix 
 
 
 @dataclass
+class Block:
+    """One decoded block: its event columns (what ``finish`` left of them), phase counts, and what ``finish``
+    made of it in the process that decoded it (spans, counts of events not kept)."""
+
+    events: pl.DataFrame
+    phases: Counter[str]
+    spans: pl.DataFrame | None = None
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+#: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts) out.
+Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter]]
+
+
+@dataclass
 class Decoded:
     """Raw event columns of one file plus its header and what could not be read."""
 
@@ -58,6 +74,8 @@ class Decoded:
     header: dict[str, Any] = field(default_factory=dict)
     unread_bytes: int = 0
     total_bytes: int = 0
+    spans: list[pl.DataFrame] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
 
 
 def read_bytes(path: Path) -> tuple[bytes | mmap.mmap, str | None]:
@@ -84,35 +102,38 @@ def read_bytes(path: Path) -> tuple[bytes | mmap.mmap, str | None]:
     return data, f"{path}: gzip stream cut off after {len(data)} bytes of JSON"
 
 
-def decode(path: Path, data: bytes, pool: Executor | None = None) -> Decoded:
+def decode(
+    path: Path, data: bytes, pool: Executor | None = None, finish: Callable[[dict], Finish | None] | None = None
+) -> Decoded:
     """Split ``data`` into header and event blocks and decode the blocks (on ``pool`` when given: its
-    workers read their blocks from the file itself, so only offsets cross process boundaries)."""
+    workers read their blocks from the file itself, so only offsets cross process boundaries). ``finish``
+    makes, from the header, per-block work to run where each block is decoded (it must pickle)."""
     found = _NON_SPACE.search(data)
     start = found.start() if found else len(data)
-    first = data[start:start + 1]
+    first = data[start : start + 1]
     if not first:
         raise TraceFormatError(path, "empty file")
     if first not in (b"[", b"{"):
         raise TraceFormatError(path, "not a JSON trace (expected '{' or '[' at the start)")
     if first == b"[":
         end = _content_end(data)
-        whole = data[end - 1:end] == b"]"
-        return _decoded(path, data, {}, start + 1, end - 1 if whole else len(data), whole, pool)
+        whole = data[end - 1 : end] == b"]"
+        return _decoded(path, data, {}, start + 1, end - 1 if whole else len(data), whole, pool, finish)
     quick = _split_quick(data)
     if quick is not None:
         try:
-            return _decoded(path, data, *quick, None, pool)
+            return _decoded(path, data, *quick, None, pool, finish)
         except _Unverified:
             pass  # the quick split guessed the array's end wrong: validate the whole document instead
     header, region, whole = _split_object(path, data)
-    return _decoded(path, region, header, 0, len(region), whole, None)
+    return _decoded(path, region, header, 0, len(region), whole, None, finish)
 
 
 def _content_end(data) -> int:
     """Length of ``data`` without trailing whitespace (looking only at its tail)."""
     end = len(data)
     while end > 0:
-        tail = data[max(0, end - 4096):end].rstrip()
+        tail = data[max(0, end - 4096) : end].rstrip()
         if tail:
             return max(0, end - 4096) + len(tail)
         end -= 4096
@@ -123,15 +144,21 @@ class _Unverified(Exception):
     """A quickly located ``traceEvents`` array did not decode to its end."""
 
 
-def _decoded(path: Path, data, header: dict, start: int, end: int, whole: bool | None, pool) -> Decoded:
+def _decoded(path: Path, data, header: dict, start: int, end: int, whole: bool | None, pool, finish) -> Decoded:
     """Decode ``data[start:end]``, the inside of the events array."""
     on_disk = start if pool is not None and _is_plain(path) else None
-    blocks, unread = _decode_region(path, memoryview(data)[start:end], whole, pool, on_disk)
+    fn = finish(header) if finish else None
+    blocks = _decode_region(path, memoryview(data)[start:end], whole, pool, on_disk, fn)
+    unread = blocks.pop() if blocks and isinstance(blocks[-1], int) else 0
     phases: Counter[str] = Counter()
-    for _, counted in blocks:
-        phases.update(counted)
-    events = pl.concat([f for f, _ in blocks], how="vertical") if blocks else pl.DataFrame(schema=COLUMNS)
-    return Decoded(events, phases, header, unread, len(data))
+    skipped: Counter[str] = Counter()
+    for block in blocks:
+        phases.update(block.phases)
+        skipped.update(block.skipped)
+    frames = [b.events for b in blocks]
+    events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
+    spans = [b.spans for b in blocks if b.spans is not None]
+    return Decoded(events, phases, header, unread, len(data), spans, skipped)
 
 
 def _is_plain(path: Path) -> bool:
@@ -153,7 +180,7 @@ def _split_quick(data: bytes) -> tuple[dict[str, Any], int, int] | None:
         if close < 0:
             return None
         try:
-            head = _HEADER.decode(b"".join((data[: match.start()], b'"traceEvents": []', data[close + 1:])))
+            head = _HEADER.decode(b"".join((data[: match.start()], b'"traceEvents": []', data[close + 1 :])))
             return _header_dict(head), match.end(), close
         except _DECODE_ERRORS:
             end = close
@@ -180,7 +207,7 @@ def _split_object(path: Path, data: bytes) -> tuple[dict[str, Any], memoryview, 
         head = _HEADER.decode(data[: match.start()] + b'"traceEvents": []}')
     except _DECODE_ERRORS:
         head = _Header()
-    return _header_dict(head), memoryview(data)[match.end():], False
+    return _header_dict(head), memoryview(data)[match.end() :], False
 
 
 def _header_dict(head: _Header) -> dict[str, Any]:
@@ -196,9 +223,10 @@ def _header_dict(head: _Header) -> dict[str, Any]:
 
 
 def _decode_region(
-    path: Path, region: memoryview, whole: bool | None, pool: Executor | None, on_disk: int | None
-) -> tuple[list, int]:
-    """Decode the array body block by block: the blocks and the count of unreadable bytes.
+    path: Path, region: memoryview, whole: bool | None, pool: Executor | None, on_disk: int | None, fn
+) -> list:
+    """Decode the array body block by block: the blocks, then the count of unreadable bytes when there are
+    any.
 
     A block that fails to decode usually means its boundary sat inside a string or nested value: it is
     joined to the next block and tried again. In a cut-off file (``whole`` False) the last block is read up
@@ -206,18 +234,18 @@ def _decode_region(
     """
     cuts = _cuts(region)
     if pool is not None and on_disk is not None and len(cuts) > 1:
-        jobs = [pool.submit(_try_file_block, str(path), on_disk + a, b - a) for a, b in cuts]
+        jobs = [pool.submit(_try_file_block, str(path), on_disk + a, b - a, fn) for a, b in cuts]
         results: list = [None] * len(cuts)
         # While the workers start, this process decodes from the far end the blocks none has taken yet.
         for j in reversed(range(len(cuts))):
             if not jobs[j].cancel():
                 break
             a, b = cuts[j]
-            results[j] = _try_block(b"".join((b"[", region[a:b], b"]")))
+            results[j] = _try_block(b"".join((b"[", region[a:b], b"]")), fn)
         results = [r if r is not None else job.result() for r, job in zip(results, jobs, strict=True)]
     else:
-        results = [_try_block(b"".join((b"[", region[a:b], b"]"))) for a, b in cuts]
-    blocks: list[tuple[pl.DataFrame, Counter]] = []
+        results = [_try_block(b"".join((b"[", region[a:b], b"]")), fn) for a, b in cuts]
+    blocks: list = []
     i = 0
     while i < len(cuts):
         if not isinstance(results[i], Exception):
@@ -227,7 +255,7 @@ def _decode_region(
         start, j = cuts[i][0], i
         while isinstance(results[i], Exception) and j + 1 < len(cuts) and j - i < _MAX_EXTENSIONS:
             j += 1
-            results[i] = _try_block(b"".join((b"[", region[start:cuts[j][1]], b"]")))
+            results[i] = _try_block(b"".join((b"[", region[start : cuts[j][1]], b"]")), fn)
         if not isinstance(results[i], Exception):
             blocks.append(results[i])
             i = j + 1
@@ -243,23 +271,31 @@ def _decode_region(
         if good is None:
             raise TraceFormatError(path, f"malformed trace event after byte {start}: {results[i]}")
         if good > start:
-            blocks.append(decode_block(b"".join((b"[", region[start:good], b"]"))))
-        return blocks, len(region) - good
-    return blocks, 0
+            blocks.append(_block(b"".join((b"[", region[start:good], b"]")), fn))
+        return [*blocks, len(region) - good]
+    return blocks
 
 
-def _try_file_block(path: str, offset: int, length: int) -> tuple[pl.DataFrame, Counter] | Exception:
+def _try_file_block(path: str, offset: int, length: int, fn: Finish | None = None) -> Block | Exception:
     """A worker reads its own block from the file: only offsets cross the process boundary."""
     with open(path, "rb") as fh:
         fh.seek(offset)
-        return _try_block(b"".join((b"[", fh.read(length), b"]")))
+        return _try_block(b"".join((b"[", fh.read(length), b"]")), fn)
 
 
-def _try_block(block: bytes) -> tuple[pl.DataFrame, Counter] | Exception:
+def _try_block(block: bytes, fn: Finish | None = None) -> Block | Exception:
     try:
-        return decode_block(block)
+        return _block(block, fn)
     except msgspec.DecodeError as exc:  # ValidationError included
         return exc
+
+
+def _block(block: bytes, fn: Finish | None) -> Block:
+    events, phases = decode_block(block)
+    if fn is None:
+        return Block(events, phases)
+    rest, spans, skipped = fn(events)
+    return Block(rest, phases, spans, skipped)
 
 
 def _cuts(region: memoryview) -> list[tuple[int, int]]:
@@ -288,7 +324,7 @@ def _next_boundary(region: memoryview, target: int, end: int) -> int:
     """Offset of the comma after the first ``}`` at or past ``target`` that may end an event, else ``end``."""
     window = 1 << 20
     while target < end:
-        chunk = region[target:min(end, target + window)].tobytes()
+        chunk = region[target : min(end, target + window)].tobytes()
         match = _BOUNDARY.search(chunk)
         if match:
             return target + chunk.index(b",", match.start())
