@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import chrome
+from pipebubble.ingest import _pool, chrome
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -99,3 +99,27 @@ def test_mutated_real_trace_never_crashes(tmp_path, data):
         assert str(path) in str(exc)
         return
     assert result.spans.height <= 112 + 5
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.6])
+def test_big_gzip_is_gunzipped_to_scratch_and_cleaned_up(tmp_path, monkeypatch, fraction):
+    """A gzipped trace over the threshold is streamed to a scratch file (not into memory, never beside the
+    input), decoded from there in parallel blocks, and the scratch file is removed."""
+    from pipebubble.ingest import jsontrace
+
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10, "dur": 4}
+              for i in range(3000)]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    packed = gzip.compress(text)
+    path = tmp_path / "in" / "big.json.gz"
+    path.parent.mkdir()
+    path.write_bytes(packed[: int(len(packed) * fraction)])
+    plain = chrome.read(path)
+    monkeypatch.setattr(jsontrace, "GUNZIP_TO_DISK", 0)
+    monkeypatch.setattr(jsontrace, "BLOCK_BYTES", 20_000)
+    scratch = tmp_path / "scratch"
+    with _pool(2) as pool:  # spawned workers, as the CLI uses
+        streamed = chrome.read(path, 0, pool, scratch)
+    assert streamed.spans.equals(plain.spans) and streamed.warnings == plain.warnings
+    assert (streamed.spans.height == 3000) == (fraction == 1.0)
+    assert list(scratch.iterdir()) == [] and sorted(p.name for p in path.parent.iterdir()) == ["big.json.gz"]

@@ -115,7 +115,7 @@ def read_one(path: Path, position: int = 0, pool: Executor | None = None) -> Fil
             return nsys.read(path, cache.directory())
         from pipebubble.ingest import chrome
 
-        return chrome.read(path, position, pool)
+        return chrome.read(path, position, pool, cache.directory() / "scratch")
     except OSError as exc:
         raise TraceFormatError(path, exc.strerror or str(exc)) from None
 

@@ -51,8 +51,15 @@ def get(path: Path) -> FileResult | None:
         table = pl.read_parquet(base.with_suffix(".parquet"))
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
-    return FileResult(info["source"], table, info["events_read"], Counter(info["skipped"]),
-                      info["warnings"], info["meta"], info["format"])
+    return FileResult(
+        info["source"],
+        table,
+        info["events_read"],
+        Counter(info["skipped"]),
+        info["warnings"],
+        info["meta"],
+        info["format"],
+    )
 
 
 def put(path: Path, result: FileResult) -> None:
@@ -61,8 +68,14 @@ def put(path: Path, result: FileResult) -> None:
     if key is None:
         return
     base = directory() / key
-    info = {"source": result.source, "events_read": result.events_read, "skipped": dict(result.skipped),
-            "warnings": result.warnings, "meta": result.meta, "format": result.format}
+    info = {
+        "source": result.source,
+        "events_read": result.events_read,
+        "skipped": dict(result.skipped),
+        "warnings": result.warnings,
+        "meta": result.meta,
+        "format": result.format,
+    }
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
         tmp = base.with_suffix(".parquet.tmp")

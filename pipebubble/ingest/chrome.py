@@ -60,19 +60,19 @@ _NOT_SPANS = {
 }
 
 
-def read(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
-    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``); ``pool`` decodes blocks in parallel.
-    Complete events become spans where their block was decoded; only B/E, async and metadata events
-    (few) come back here to be paired and named."""
-    data, gzip_warning = jsontrace.read_bytes(path)
+def read(path: Path, position: int = 0, pool: Executor | None = None, scratch: Path | None = None) -> FileResult:
+    """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``); ``pool`` decodes blocks in parallel,
+    ``scratch`` holds a big trace's gunzipped text meanwhile. Complete events become spans where their
+    block was decoded; only B/E, async and metadata events (few) come back here to be paired and named."""
 
     def finish(header: dict) -> jsontrace.Finish:
         return partial(
             block_spans, source=str(path), rank=_rank(header, path, position), base=header.get("base_time_ns") or 0
         )
 
-    decoded = jsontrace.decode(path, data, pool, finish)
-    del data
+    with jsontrace.opened(path, scratch) as trace:
+        decoded = jsontrace.decode(path, trace.data, pool, finish, trace.disk)
+        gzip_warning = trace.warning
     header, events = decoded.header, decoded.events
     rank = _rank(header, path, position)
     skipped = _not_spans(decoded.phases) + decoded.skipped

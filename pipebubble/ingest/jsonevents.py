@@ -18,9 +18,19 @@ import polars as pl
 
 # Floats below 2**43 µs still resolve 1 ns; above (absolute epoch µs with a fraction) the text is re-read.
 _EXACT_FLOAT_US = 2.0**43
-COLUMNS = {"ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
-           "ts_ns": pl.Int64, "dur_ns": pl.Int64, "id": pl.String, "external_id": pl.Int64,
-           "correlation": pl.Int64, "arg_name": pl.String}
+COLUMNS = {
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "ts_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "id": pl.String,
+    "external_id": pl.Int64,
+    "correlation": pl.Int64,
+    "arg_name": pl.String,
+}
 KEPT_PHASES = ("X", "B", "E", "b", "e", "M")
 
 
@@ -74,8 +84,10 @@ class _Counted(msgspec.Struct, tag_field="ph", gc=False):
 
 
 _KEPT = {ph: msgspec.defstruct(f"_{ph}", [], bases=(_Kept,), tag=ph) for ph in ("B", "E", "b", "e", "M")}
-_COUNTED = {ph: msgspec.defstruct(f"_c{ord(ph)}", [], bases=(_Counted,), tag=ph)
-            for ph in ("s", "t", "f", "C", "i", "I", "n", "R", "O", "N", "D", "P", "(", ")", "S", "T", "p", "F")}
+_COUNTED = {
+    ph: msgspec.defstruct(f"_c{ord(ph)}", [], bases=(_Counted,), tag=ph)
+    for ph in ("s", "t", "f", "C", "i", "I", "n", "R", "O", "N", "D", "P", "(", ")", "S", "T", "p", "F")
+}
 _PHASE = {_X: "X", **{cls: ph for ph, cls in (_KEPT | _COUNTED).items()}}
 _FAST = msgspec.json.Decoder(list[Union[(_X, *_KEPT.values(), *_COUNTED.values())]])  # type: ignore[misc]  # noqa: UP007
 _TOLERANT = msgspec.json.Decoder(list[_Event])

@@ -11,10 +11,12 @@ from __future__ import annotations
 import gzip
 import mmap
 import re
+import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,16 +80,46 @@ class Decoded:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-def read_bytes(path: Path) -> tuple[bytes | mmap.mmap, str | None]:
-    """The file's bytes, gunzipped when needed, and a warning when a gzip stream was cut short (what it holds
-    is returned). A plain file
-    is memory-mapped: pages are read as blocks decode and never copied into the process's own memory."""
+#: Gzipped traces bigger than this are gunzipped to a scratch file rather than into memory.
+GUNZIP_TO_DISK = 16 << 20
+
+
+@dataclass
+class Opened:
+    """A trace's JSON text (``data``), a warning when a gzip stream was cut short, and ``disk``: a plain file
+    holding exactly ``data`` (the trace itself, or its gunzipped copy) that workers can read blocks from."""
+
+    data: bytes | mmap.mmap
+    warning: str | None = None
+    disk: Path | None = None
+
+
+@contextmanager
+def opened(path: Path, scratch: Path | None = None) -> Iterator[Opened]:
+    """Open a trace for decoding. A plain file is memory-mapped (pages are read as blocks decode, never
+    copied into this process's memory); a big gzipped one is gunzipped in a stream into ``scratch`` (never
+    beside the input) and mapped the same way; a small one is gunzipped in memory."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
-        if magic != b"\x1f\x8b" and len(magic) == 2:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), None
         if not magic:
-            return b"", None
+            yield Opened(b"")
+            return
+        if magic != b"\x1f\x8b":
+            # Not closed explicitly: views of the map may outlive decoding (e.g. in a kept exception); it
+            # closes when the last one goes.
+            yield Opened(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), None, path)
+            return
+    if scratch is None or path.stat().st_size < GUNZIP_TO_DISK:
+        yield Opened(*_gunzip(path))
+        return
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=scratch, suffix=".json") as out:
+        warning = _gunzip_to(path, out)
+        out.flush()
+        yield Opened(mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ), warning, Path(out.name))
+
+
+def _gunzip(path: Path) -> tuple[bytes, str | None]:
     raw = path.read_bytes()
     try:
         return gzip.decompress(raw), None
@@ -99,15 +131,47 @@ def read_bytes(path: Path) -> tuple[bytes | mmap.mmap, str | None]:
         raise TraceFormatError(path, f"corrupt gzip data ({exc})") from None
     if not data:
         raise TraceFormatError(path, "corrupt gzip data (nothing could be decompressed)")
-    return data, f"{path}: gzip stream cut off after {len(data)} bytes of JSON"
+    return data, _cut_warning(path, len(data))
+
+
+def _gunzip_to(path: Path, out) -> str | None:
+    """Stream-gunzip ``path`` into ``out`` in bounded memory; a warning when the stream was cut short."""
+    inflate, written = zlib.decompressobj(wbits=31), 0
+    with open(path, "rb") as fh:
+        try:
+            while chunk := fh.read(8 << 20):
+                piece = inflate.decompress(chunk)
+                out.write(piece)
+                written += len(piece)
+                while inflate.unused_data and inflate.eof:  # concatenated gzip members
+                    rest, inflate = inflate.unused_data, zlib.decompressobj(wbits=31)
+                    piece = inflate.decompress(rest)
+                    out.write(piece)
+                    written += len(piece)
+        except zlib.error as exc:
+            if not written:
+                raise TraceFormatError(path, f"corrupt gzip data ({exc})") from None
+            return _cut_warning(path, written)
+    if not written:
+        raise TraceFormatError(path, "corrupt gzip data (nothing could be decompressed)")
+    return None if inflate.eof else _cut_warning(path, written)
+
+
+def _cut_warning(path: Path, size: int) -> str:
+    return f"{path}: gzip stream cut off after {size} bytes of JSON"
 
 
 def decode(
-    path: Path, data: bytes, pool: Executor | None = None, finish: Callable[[dict], Finish | None] | None = None
+    path: Path,
+    data: bytes,
+    pool: Executor | None = None,
+    finish: Callable[[dict], Finish | None] | None = None,
+    disk: Path | None = None,
 ) -> Decoded:
     """Split ``data`` into header and event blocks and decode the blocks (on ``pool`` when given: its
     workers read their blocks from the file itself, so only offsets cross process boundaries). ``finish``
-    makes, from the header, per-block work to run where each block is decoded (it must pickle)."""
+    makes, from the header, per-block work to run where each block is decoded (it must pickle). ``disk``:
+    a plain file holding exactly ``data``, for workers to read their blocks from."""
     found = _NON_SPACE.search(data)
     start = found.start() if found else len(data)
     first = data[start : start + 1]
@@ -118,11 +182,11 @@ def decode(
     if first == b"[":
         end = _content_end(data)
         whole = data[end - 1 : end] == b"]"
-        return _decoded(path, data, {}, start + 1, end - 1 if whole else len(data), whole, pool, finish)
+        return _decoded(path, data, {}, start + 1, end - 1 if whole else len(data), whole, pool, finish, disk)
     quick = _split_quick(data)
     if quick is not None:
         try:
-            return _decoded(path, data, *quick, None, pool, finish)
+            return _decoded(path, data, *quick, None, pool, finish, disk)
         except _Unverified:
             pass  # the quick split guessed the array's end wrong: validate the whole document instead
     header, region, whole = _split_object(path, data)
@@ -144,9 +208,11 @@ class _Unverified(Exception):
     """A quickly located ``traceEvents`` array did not decode to its end."""
 
 
-def _decoded(path: Path, data, header: dict, start: int, end: int, whole: bool | None, pool, finish) -> Decoded:
+def _decoded(
+    path: Path, data, header: dict, start: int, end: int, whole: bool | None, pool, finish, disk=None
+) -> Decoded:
     """Decode ``data[start:end]``, the inside of the events array."""
-    on_disk = start if pool is not None and _is_plain(path) else None
+    on_disk = (disk, start) if pool is not None and disk is not None else None
     fn = finish(header) if finish else None
     blocks = _decode_region(path, memoryview(data)[start:end], whole, pool, on_disk, fn)
     unread = blocks.pop() if blocks and isinstance(blocks[-1], int) else 0
@@ -159,12 +225,6 @@ def _decoded(path: Path, data, header: dict, start: int, end: int, whole: bool |
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
     spans = [b.spans for b in blocks if b.spans is not None]
     return Decoded(events, phases, header, unread, len(data), spans, skipped)
-
-
-def _is_plain(path: Path) -> bool:
-    """The file is not gzipped, so its bytes are the ones decoded and a worker can seek to a block."""
-    with open(path, "rb") as fh:
-        return fh.read(2) != b"\x1f\x8b"
 
 
 def _split_quick(data: bytes) -> tuple[dict[str, Any], int, int] | None:
@@ -223,7 +283,7 @@ def _header_dict(head: _Header) -> dict[str, Any]:
 
 
 def _decode_region(
-    path: Path, region: memoryview, whole: bool | None, pool: Executor | None, on_disk: int | None, fn
+    path: Path, region: memoryview, whole: bool | None, pool: Executor | None, on_disk: tuple | None, fn
 ) -> list:
     """Decode the array body block by block: the blocks, then the count of unreadable bytes when there are
     any.
@@ -234,7 +294,8 @@ def _decode_region(
     """
     cuts = _cuts(region)
     if pool is not None and on_disk is not None and len(cuts) > 1:
-        jobs = [pool.submit(_try_file_block, str(path), on_disk + a, b - a, fn) for a, b in cuts]
+        disk, base = on_disk
+        jobs = [pool.submit(_try_file_block, str(disk), base + a, b - a, fn) for a, b in cuts]
         results: list = [None] * len(cuts)
         # While the workers start, this process decodes from the far end the blocks none has taken yet.
         for j in reversed(range(len(cuts))):

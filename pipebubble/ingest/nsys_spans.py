@@ -115,9 +115,7 @@ def graph_launches(frame: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:
     # With graph-level tracing nsys records one row per graph launch and no rows for its kernels:
     # the launch is busy time, or graph-heavy jobs show false bubbles.
     graph = pl.coalesce("graphId", "graphExecId").cast(pl.String).fill_null("?")
-    return device_spans(
-        frame, pl.lit("kernel"), pl.concat_str(pl.lit("cudaGraphLaunch graph "), graph), skipped
-    )
+    return device_spans(frame, pl.lit("kernel"), pl.concat_str(pl.lit("cudaGraphLaunch graph "), graph), skipped)
 
 
 def _cpu_lane() -> pl.Expr:
@@ -146,9 +144,7 @@ def syncs(frame: pl.DataFrame, runtime: pl.DataFrame, skipped: Counter[str]) -> 
     out = frame.select(
         pid_of("globalPid").alias("pid"),
         pl.lit("sync").alias("kind"),
-        pl.col("syncType")
-        .replace_strict(SYNC_KINDS, default="Unknown sync", return_dtype=pl.String)
-        .alias("name"),
+        pl.col("syncType").replace_strict(SYNC_KINDS, default="Unknown sync", return_dtype=pl.String).alias("name"),
         "start",
         "end",
         pl.col("correlationId").alias("correlation"),

@@ -24,8 +24,7 @@ def _decode(raw: bytes) -> str:
 
 def _with_missing(frame: pl.DataFrame, cols: dict[str, pl.DataType]) -> pl.DataFrame:
     return frame.select(
-        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t, strict=False).alias(c)
-        for c, t in cols.items()
+        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t, strict=False).alias(c) for c, t in cols.items()
     )
 
 
@@ -37,9 +36,7 @@ class SqliteTables:
         try:
             self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             self.conn.text_factory = _decode
-            rows = self.conn.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-            ).fetchall()
+            rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.Error as exc:
             raise TraceFormatError(path, f"not a readable SQLite database ({exc})") from exc
         self.names = {r[0] for r in rows}
@@ -93,9 +90,7 @@ class ParquetTables:
         present = [c for c in cols if c in self.columns(table)]
         if not present:
             return pl.DataFrame(schema=cols)
-        frame = pl.concat(
-            [pl.read_parquet(p, columns=present) for p in self.files[table]], how="vertical_relaxed"
-        )
+        frame = pl.concat([pl.read_parquet(p, columns=present) for p in self.files[table]], how="vertical_relaxed")
         return _with_missing(frame, cols)
 
     def close(self) -> None:
@@ -115,6 +110,4 @@ def is_sqlite(path: Path) -> bool:
 
 def looks_like_nsys(names: set[str]) -> bool:
     """An Nsight export has the string table and at least one CUDA activity or NVTX table."""
-    return "StringIds" in names and any(
-        n.startswith("CUPTI_ACTIVITY_KIND_") or n == "NVTX_EVENTS" for n in names
-    )
+    return "StringIds" in names and any(n.startswith("CUPTI_ACTIVITY_KIND_") or n == "NVTX_EVENTS" for n in names)
