@@ -10,10 +10,10 @@ stages across files, then the pipeline metrics, waits and timeline over the part
 from __future__ import annotations
 
 import io
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -148,26 +148,9 @@ def run(
 
 
 def _on_pool(jobs, options, use_cache, workers, on_file) -> list[bytes]:
-    from pipebubble import ingest
+    from pipebubble.ingest import each_file
 
-    cores = workers or os.cpu_count() or 1
-    sizes = sum(ingest._size(Path(p)) for p, _ in jobs)
-    if len(jobs) == 1 or cores == 1 or sizes < ingest.PARALLEL_BYTES:
-        loaded = ingest.load(
-            [Path(p) for p, _ in jobs],
-            use_cache=use_cache,
-            workers=workers,
-            on_file=lambda f: on_file and on_file(str(f)),
-        )
-        return [encode(map_spans(f, options)) for f in loaded.files]
-    with ingest._pool(min(cores, len(jobs))) as pool:
-        futures = [pool.submit(map_file, path, i, options, use_cache) for path, i in jobs]
-        out = []
-        for (path, _), future in zip(jobs, futures, strict=True):
-            out.append(future.result())
-            if on_file:
-                on_file(path)
-        return out
+    return each_file(jobs, partial(map_file, options=options, use_cache=use_cache), workers, on_file)
 
 
 def _on_ray(jobs, options, use_cache, workers, address, on_file) -> list[bytes]:

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,15 +75,8 @@ def load(
     from pipebubble import spans
 
     files = find_traces(paths)
-    results: list[FileResult | None] = [cache.get(f) if use_cache else None for f in files]
-    todo = [i for i, r in enumerate(results) if r is None]
-    for i, result in _read_all([(files[i], i) for i in todo], workers):
-        results[i] = result
-        if use_cache:
-            cache.put(files[i], result)
-        if on_file:
-            on_file(files[i])
-    done = [r for r in results if r is not None]
+    jobs = [(f, i) for i, f in enumerate(files)]
+    done = each_file(jobs, partial(read_file, use_cache=use_cache), workers, on_file)
     if len(done) > 1 and any(r.format == "nsys" for r in done):
         from pipebubble.ingest import nsys
 
@@ -91,8 +85,31 @@ def load(
     return Ingested(table, done)
 
 
-def read_file(path: Path, position: int = 0, use_cache: bool = True, workers: int = 1) -> FileResult:
+def each_file(jobs: list[tuple], fn: Callable, workers: int | None, on_done: Callable | None = None) -> list:
+    """``fn(path, position, workers=n)`` for every (path, position) job, in order: in this process one file at
+    a time (a lone big file gets all cores for its blocks), or one file per process in a pool when there
+    are several files and enough bytes to be worth the processes' start-up."""
+    cores = workers or os.cpu_count() or 1
+    if len(jobs) == 1 or cores <= 1 or sum(_size(Path(p)) for p, _ in jobs) < PARALLEL_BYTES:
+        out = []
+        for path, i in jobs:
+            out.append(fn(path, i, workers=cores if len(jobs) == 1 else 1))
+            if on_done:
+                on_done(path)
+        return out
+    with _pool(min(cores, len(jobs))) as pool:
+        futures = [pool.submit(fn, path, i) for path, i in jobs]
+        out = []
+        for (path, _), future in zip(jobs, futures, strict=True):
+            out.append(future.result())
+            if on_done:
+                on_done(path)
+        return out
+
+
+def read_file(path: Path | str, position: int = 0, use_cache: bool = True, workers: int = 1) -> FileResult:
     """One file through the cache; a big JSON file is decoded on ``workers`` processes."""
+    path = Path(path)
     result = cache.get(path) if use_cache else None
     if result is None:
         if workers > 1 and _worth_splitting(path):
@@ -118,23 +135,6 @@ def read_one(path: Path, position: int = 0, pool: Executor | None = None) -> Fil
         return chrome.read(path, position, pool, cache.directory() / "scratch")
     except OSError as exc:
         raise TraceFormatError(path, exc.strerror or str(exc)) from None
-
-
-def _read_all(jobs: list[tuple[Path, int]], workers: int | None):
-    cores = workers or os.cpu_count() or 1
-    if len(jobs) == 1 and cores > 1 and _worth_splitting(jobs[0][0]):
-        with _pool(cores) as pool:
-            yield jobs[0][1], read_one(jobs[0][0], jobs[0][1], pool)
-        return
-    workers = min(cores, len(jobs))
-    if workers <= 1 or sum(_size(path) for path, _ in jobs) < PARALLEL_BYTES:
-        for path, i in jobs:
-            yield i, read_one(path, i)
-        return
-    with _pool(workers) as pool:
-        futures = [(i, pool.submit(read_one, path, i)) for path, i in jobs]
-        for i, future in futures:
-            yield i, future.result()
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
