@@ -55,6 +55,8 @@ class FilePart:
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
     """Map, given a file already read."""
+    if result.meta.get("spill"):
+        return _map_spilled(result, options)
     spans = result.spans
     world = options.world or result.meta.get("world_size")
     groups = result.meta.get("pg_config")
@@ -72,6 +74,24 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
         result.format,
     )
     return FilePart(account, lane_table(spans), part, serving, segments)
+
+
+def _map_spilled(result: FileResult, options: Options) -> FilePart:
+    """A span table too big for memory, in Parquet files: lanes are computed in time windows. Its stage work
+    and serving steps need the table whole, so it is read whole only when it can hold them: when the file
+    is one of several ranks, or when its annotations carry engine step labels."""
+    from pipebubble.analysis.lanes import lane_table_windowed
+    from pipebubble.analysis.pipeline_report import one_stage
+
+    scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
+    lanes = lane_table_windowed(scan)
+    labels = scan.filter(pl.col("kind") == "annotation").collect()
+    steps, _ = interference(labels, step_regex=options.serving.step_regex)
+    lone = options.files == 1 and one_stage(scan.select("rank", "pid", "device").collect())
+    if lone and steps is None:
+        return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [])
+    whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
+    return replace(whole, lanes=lanes, file=replace(whole.file, meta=result.meta))
 
 
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:

@@ -66,3 +66,16 @@ def test_empty_and_single():
     assert merge(empty, ["g"]).is_empty() and union_stats(empty, ["g"]).is_empty() and gaps(empty, ["g"]).is_empty()
     one = frame([("a", 5, 3)])
     assert union_stats(one, ["g"]).select("busy_ns", "idle_ns").row(0) == (3, 0)
+
+
+def test_windowed_lane_table_equals_in_memory():
+    """The out-of-core lane table (time windows, clipped spans) gives the same numbers as the in-memory one."""
+    from conftest import shared
+
+    from pipebubble.analysis.lanes import lane_table, lane_table_windowed
+    from pipebubble.ingest import load
+
+    spans = load([shared("kineto", "resnet_ddp_a100_nccl_rank0.json.gz")], use_cache=False).spans
+    whole = lane_table(spans)
+    for rows in (1_000, 7_777, 10**9):
+        assert lane_table_windowed(spans.lazy(), rows).equals(whole)

@@ -54,7 +54,7 @@ def stage_part(
 ) -> StagePart | None:
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
     is ``alone`` (the whole job) and holds a single stage: no pipeline, so no work to label."""
-    if alone and not options.stages.rules and _one_stage(spans):
+    if alone and not options.stages.rules and one_stage(spans):
         return None
     mapped = st.assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()
@@ -67,7 +67,7 @@ def stage_part(
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
 
 
-def _one_stage(spans: pl.DataFrame) -> bool:
+def one_stage(spans: pl.DataFrame) -> bool:
     """One rank and at most one GPU: whatever the stage rule, a single stage (cheap to tell, unlike assigning)."""
     gpus = spans.filter(pl.col("device").is_not_null()).select("pid", "device").unique().height
     return spans["rank"].n_unique() <= 1 and gpus <= 1

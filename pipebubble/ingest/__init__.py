@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -81,7 +82,7 @@ def load(
         from pipebubble.ingest import nsys
 
         done = nsys.align_clocks(done)
-    table = pl.concat([r.spans for r in done], how="vertical") if done else spans.empty()
+    table = pl.concat([spans_of(r) for r in done], how="vertical") if done else spans.empty()
     return Ingested(table, done)
 
 
@@ -112,19 +113,20 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     path = Path(path)
     result = cache.get(path) if use_cache else None
     if result is None:
-        if workers > 1 and _worth_splitting(path):
-            with _pool(workers) as pool:
-                result = read_one(path, position, pool)
-        else:
-            result = read_one(path, position)
+        pool = _pool(workers) if workers > 1 and _worth_splitting(path) else None
+        try:
+            result = read_one(path, position, pool, spill=_spill_folder(path))
+        finally:
+            if pool is not None:
+                pool.shutdown()
         if use_cache:
             cache.put(path, result)
     return result
 
 
-def read_one(path: Path, position: int = 0, pool: Executor | None = None) -> FileResult:
+def read_one(path: Path, position: int = 0, pool: Executor | None = None, spill: Path | None = None) -> FileResult:
     """Read one trace file (or Nsight parquet folder), whatever its format; ``pool`` decodes the blocks of
-    one big JSON file in parallel."""
+    one big JSON file in parallel; ``spill`` sends a JSON file's spans to Parquet files there."""
     try:
         if _is_parquetdir(path) or path.name.endswith(NSYS_SUFFIXES) or _has_sqlite_magic(path):
             from pipebubble.ingest import nsys
@@ -132,9 +134,32 @@ def read_one(path: Path, position: int = 0, pool: Executor | None = None) -> Fil
             return nsys.read(path, cache.directory())
         from pipebubble.ingest import chrome
 
-        return chrome.read(path, position, pool, cache.directory() / "scratch")
+        return chrome.read(path, position, pool, cache.directory() / "scratch", spill)
     except OSError as exc:
         raise TraceFormatError(path, exc.strerror or str(exc)) from None
+
+
+def _spill_folder(path: Path) -> Path | None:
+    """Where a JSON trace too big for memory (``PIPEBUBBLE_SPILL_BYTES`` of text, default 4 GB; gzip counted
+    tenfold) puts its span table: a fresh folder in the cache, keyed like the file's cache entry."""
+    if not path.is_file() or path.name.endswith(NSYS_SUFFIXES):
+        return None
+    limit = int(os.environ.get("PIPEBUBBLE_SPILL_BYTES", 4 << 30))
+    size = path.stat().st_size * (10 if path.name.endswith(".gz") else 1)
+    if size < limit:
+        return None
+    folder = cache.spill_folder(path)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def spans_of(result: FileResult):
+    """A file's whole span table, read back from its spill folder when it has one."""
+    import polars as pl
+
+    spill = result.meta.get("spill")
+    return pl.read_parquet(Path(spill) / "*.parquet") if spill else result.spans
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:

@@ -38,6 +38,11 @@ def _key(path: Path) -> str | None:
     return hashlib.sha1(ident.encode()).hexdigest()
 
 
+def spill_folder(path: Path) -> Path:
+    """The folder that holds ``path``'s span table when it is too big for memory."""
+    return directory() / "spill" / (_key(path) or "unknown")
+
+
 def get(path: Path) -> FileResult | None:
     """The cached result for ``path``, or None when absent, stale or unreadable."""
     key = _key(path)
@@ -51,6 +56,9 @@ def get(path: Path) -> FileResult | None:
         table = pl.read_parquet(base.with_suffix(".parquet"))
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
+    spill = info["meta"].get("spill")
+    if spill and not Path(spill).is_dir():
+        return None  # the spilled span table is gone: read the trace again
     return FileResult(
         info["source"],
         table,

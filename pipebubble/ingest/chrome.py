@@ -8,6 +8,7 @@ relative to ``baseTimeNanoseconds`` when the header has it, else absolute epoch 
 from __future__ import annotations
 
 import re
+import uuid
 from collections import Counter
 from concurrent.futures import Executor
 from functools import partial
@@ -60,15 +61,21 @@ _NOT_SPANS = {
 }
 
 
-def read(path: Path, position: int = 0, pool: Executor | None = None, scratch: Path | None = None) -> FileResult:
+def read(
+    path: Path,
+    position: int = 0,
+    pool: Executor | None = None,
+    scratch: Path | None = None,
+    spill: Path | None = None,
+) -> FileResult:
     """Read one Chrome/Kineto JSON trace (``.json`` or ``.json.gz``); ``pool`` decodes blocks in parallel,
     ``scratch`` holds a big trace's gunzipped text meanwhile. Complete events become spans where their
-    block was decoded; only B/E, async and metadata events (few) come back here to be paired and named."""
+    block was decoded; only B/E, async and metadata events (few) come back here to be paired and named.
+    With ``spill``, spans go to Parquet files in that folder instead of memory (``meta["spill"]``)."""
 
     def finish(header: dict) -> jsontrace.Finish:
-        return partial(
-            block_spans, source=str(path), rank=_rank(header, path, position), base=header.get("base_time_ns") or 0
-        )
+        rank, base = _rank(header, path, position), header.get("base_time_ns") or 0
+        return partial(block_spans, source=str(path), rank=rank, base=base, spill=str(spill) if spill else None)
 
     with jsontrace.opened(path, scratch) as trace:
         decoded = jsontrace.decode(path, trace.data, pool, finish, trace.disk)
@@ -79,6 +86,13 @@ def read(path: Path, position: int = 0, pool: Executor | None = None, scratch: P
     paired, unmatched = _paired_spans(events)
     skipped.update(unmatched)
     table = pl.concat([*decoded.spans, _to_spans(paired, str(path), rank)], how="vertical")
+    spilled = {}
+    if spill is not None:
+        _write_part(table, str(spill))
+        table, spilled = (
+            table.clear(),
+            {"spill": str(spill), "spans": pl.scan_parquet(spill).select(pl.len()).collect().item()},
+        )
     warnings = [gzip_warning] if gzip_warning else []
     if decoded.unread_bytes:
         warnings.append(
@@ -90,6 +104,7 @@ def read(path: Path, position: int = 0, pool: Executor | None = None, scratch: P
         "unread_bytes": decoded.unread_bytes,
         "process_names": _names(events, "process_name"),
         "thread_names": _names(events, "thread_name"),
+        **spilled,
     }
     fmt = "kineto" if header.get("kineto") else "chrome"
     return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt)
@@ -103,13 +118,25 @@ def _rank(header: dict, path: Path, position: int) -> int:
     return int(match.group(1)) if match else position
 
 
-def block_spans(events: pl.DataFrame, source: str, rank: int, base: int) -> tuple[pl.DataFrame, pl.DataFrame, Counter]:
-    """One block's complete events as spans; the events to pair or name later (with ``base`` added), and
-    the count of complete events not kept."""
+def block_spans(
+    events: pl.DataFrame, source: str, rank: int, base: int, spill: str | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame, Counter]:
+    """One block's complete events as spans (written to a Parquet file in ``spill`` instead, when given);
+    the events to pair or name later (with ``base`` added), and the count of complete events not kept."""
     events = events.with_columns(ts_ns=pl.col("ts_ns") + base)
     complete, skipped = _complete_spans(events)
     rest = events.filter(pl.col("ph").is_in(["B", "E", "b", "e", "M"]))
-    return rest, _to_spans(complete, source, rank), skipped
+    table = _to_spans(complete, source, rank)
+    if spill is not None:
+        _write_part(table, spill)
+        table = table.clear()
+    return rest, table, skipped
+
+
+def _write_part(table: pl.DataFrame, folder: str) -> None:
+    """One part of a spilled span table, sorted by start so a time window reads few row groups."""
+    if table.height:
+        table.sort("start").write_parquet(Path(folder) / f"part-{uuid.uuid4().hex}.parquet", row_group_size=256_000)
 
 
 def _not_spans(phases: Counter[str]) -> Counter[str]:

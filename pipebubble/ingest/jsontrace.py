@@ -301,8 +301,8 @@ def _decode_region(
         for j in reversed(range(len(cuts))):
             if not jobs[j].cancel():
                 break
-            a, b = cuts[j]
-            results[j] = _try_block(b"".join((b"[", region[a:b], b"]")), fn)
+            a, b = cuts[j]  # read, not mapped: mapped pages would stay in this process's memory
+            results[j] = _try_file_block(str(disk), base + a, b - a, fn)
         results = [r if r is not None else job.result() for r, job in zip(results, jobs, strict=True)]
     else:
         results = [_try_block(b"".join((b"[", region[a:b], b"]")), fn) for a, b in cuts]
