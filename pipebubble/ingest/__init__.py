@@ -140,11 +140,11 @@ def read_one(path: Path, position: int = 0, pool: Executor | None = None, spill:
 
 
 def _spill_folder(path: Path) -> Path | None:
-    """Where a JSON trace too big for memory (``PIPEBUBBLE_SPILL_BYTES`` of text, default 4 GB; gzip counted
+    """Where a JSON trace too big for memory (``PIPEBUBBLE_SPILL_BYTES`` of text, default 256 MB; gzip counted
     tenfold) puts its span table: a fresh folder in the cache, keyed like the file's cache entry."""
     if not path.is_file() or path.name.endswith(NSYS_SUFFIXES):
         return None
-    limit = int(os.environ.get("PIPEBUBBLE_SPILL_BYTES", 4 << 30))
+    limit = int(os.environ.get("PIPEBUBBLE_SPILL_BYTES", 256 << 20))
     size = path.stat().st_size * (10 if path.name.endswith(".gz") else 1)
     if size < limit:
         return None
