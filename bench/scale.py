@@ -36,7 +36,7 @@ def ranks_folder(ranks: int, events: int) -> Path:
 def analyze(target: Path, workers: int, cache: str, spill: bool = False) -> tuple[float, int]:
     cmd = [sys.executable, "-m", "pipebubble", "analyze", str(target), "--format", "json", "--no-cache", "-q",
            "--workers", str(workers)]
-    env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache, **({"PIPEBUBBLE_SPILL_BYTES": "1"} if spill else {})}
+    env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache, "PIPEBUBBLE_SPILL_BYTES": "1" if spill else str(10**15)}
     return timed(cmd, env)
 
 

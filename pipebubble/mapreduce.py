@@ -87,7 +87,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     lanes = lane_table_windowed(scan)
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = interference(labels, step_regex=options.serving.step_regex)
-    lone = options.files == 1 and one_stage(scan.select("rank", "pid", "device").collect())
+    lone = options.files == 1 and one_stage(scan)
     if lone and steps is None:
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [])
     whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)

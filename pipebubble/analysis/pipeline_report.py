@@ -67,10 +67,12 @@ def stage_part(
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
 
 
-def one_stage(spans: pl.DataFrame) -> bool:
+def one_stage(spans: pl.DataFrame | pl.LazyFrame) -> bool:
     """One rank and at most one GPU: whatever the stage rule, a single stage (cheap to tell, unlike assigning)."""
-    gpus = spans.filter(pl.col("device").is_not_null()).select("pid", "device").unique().height
-    return spans["rank"].n_unique() <= 1 and gpus <= 1
+    lazy = spans.lazy()
+    ranks = lazy.select(pl.col("rank").n_unique()).collect().item()
+    gpus = lazy.filter(pl.col("device").is_not_null()).select(pl.struct("pid", "device").n_unique()).collect().item()
+    return ranks <= 1 and gpus <= 1
 
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
