@@ -68,7 +68,3 @@ def validate(frame: pl.DataFrame) -> list[str]:
     if bad.height:
         problems.append(f"{bad.height} spans without a valid start <= end")
     return problems
-
-
-def is_gpu_work() -> pl.Expr:
-    return pl.col("kind").is_in(GPU_WORK)

@@ -75,7 +75,6 @@ class Decoded:
     phases: Counter[str] = field(default_factory=Counter)
     header: dict[str, Any] = field(default_factory=dict)
     unread_bytes: int = 0
-    total_bytes: int = 0
     spans: list[pl.DataFrame] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
 
@@ -224,7 +223,7 @@ def _decoded(
     frames = [b.events for b in blocks]
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
     spans = [b.spans for b in blocks if b.spans is not None]
-    return Decoded(events, phases, header, unread, len(data), spans, skipped)
+    return Decoded(events, phases, header, unread, spans, skipped)
 
 
 def _split_quick(data: bytes) -> tuple[dict[str, Any], int, int] | None:
