@@ -27,7 +27,7 @@ import polars as pl
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest.jsonevents import COLUMNS, decode_block
 
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
