@@ -31,26 +31,14 @@ def read_report(path: Path) -> dict[str, Any]:
     return report
 
 
-def analysis_options(settings: dict[str, Any]):
-    """PipelineOptions and ServingOptions from analyze's settings (config ``[stages]`` merged with flags)."""
-    from pipebubble.analysis.pipeline_report import PipelineOptions
-    from pipebubble.analyze import ServingOptions
-    from pipebubble.stages import StageOptions, parse_rule
-
-    rules = tuple(parse_rule(rule) for rule in settings.get("stage") or ())
-    stages = StageOptions(settings.get("stage_by"), rules, settings.get("pp_size"),
-                          settings.get("rank_order") or "tp-cp-ep-dp-pp", settings.get("microbatch_regex"))
-    pipeline = PipelineOptions(stages, settings.get("wait_threshold") or 0.01)
-    return pipeline, ServingOptions(settings.get("step_regex"))
-
-
 def load_report(paths: list[Path], settings: dict[str, Any] | None = None, use_cache: bool = True) -> dict[str, Any]:
     """The saved report when ``paths`` is one JSON report file, else ingest and analyse the traces."""
     if len(paths) == 1 and is_report(paths[0]):
         return read_report(paths[0])
     from pipebubble.analyze import analyze
     from pipebubble.ingest import load
+    from pipebubble.mapreduce import Options
 
-    pipeline, serving = analysis_options(settings or {})
-    report = analyze(load(paths, use_cache=use_cache), pipeline, serving).to_dict()
+    options = Options.from_settings(settings or {})
+    report = analyze(load(paths, use_cache=use_cache), options.pipeline, options.serving).to_dict()
     return json.loads(json.dumps(report))  # exactly what a saved report reads back as

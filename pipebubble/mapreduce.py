@@ -20,7 +20,7 @@ import msgspec
 import polars as pl
 
 from pipebubble.analysis.interference import interference
-from pipebubble.analysis.lanes import lane_table
+from pipebubble.analysis.lanes import lane_table, sort_lanes
 from pipebubble.analysis.pipeline_report import PipelineOptions, StagePart, reduce_stages, stage_part
 from pipebubble.ingest.base import FileResult
 from pipebubble.report import IngestSummary, Lane, Report, Segment
@@ -40,6 +40,23 @@ class Options:
     serving: ServingOptions = field(default_factory=ServingOptions)
     world: int | None = None  # ranks in the job, when a part sees only some
     files: int = 0  # files in the job: a file alone with one stage is no pipeline
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> Options:
+        """Options from the analysis settings as the CLI and config files name them (absent keys: defaults)."""
+        from pipebubble.stages import StageOptions, parse_rule
+
+        rules = tuple(parse_rule(rule) for rule in settings.get("stage") or ())
+        stages = StageOptions(
+            settings.get("stage_by"),
+            rules,
+            settings.get("pp_size"),
+            settings.get("rank_order") or "tp-cp-ep-dp-pp",
+            settings.get("microbatch_regex"),
+        )
+        threshold = settings.get("wait_threshold")
+        pipeline = PipelineOptions(stages, 0.01 if threshold is None else threshold, settings.get("gpu_cost"))
+        return cls(pipeline, ServingOptions(settings.get("step_regex"), settings.get("tbt_slo")))
 
 
 @dataclass(frozen=True)
@@ -113,9 +130,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         raise TraceFormatError(
             ", ".join(summary.files), f"nothing to analyse: no event became a span (not spans: {text})"
         )
-    lanes = pl.concat([p.lanes for p in parts], how="vertical_relaxed")
-    kind_order = pl.when(pl.col("kind") == "cpu").then(2).when(pl.col("stream").is_null()).then(0).otherwise(1)
-    lanes = lanes.sort(kind_order, "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True)
+    lanes = sort_lanes(pl.concat([p.lanes for p in parts], how="vertical_relaxed"))
     section = reduce_stages([p.stages for p in parts if p.stages is not None], options.pipeline)
     serving = max(parts, key=lambda p: (p.serving or {}).get("steps", 0))
     return Report(

@@ -34,20 +34,23 @@ def lane_table(spans: pl.DataFrame) -> pl.DataFrame:
     """One row per lane, GPU device lanes first, then their streams, then CPU threads."""
     gpu = spans.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))
     cpu = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(CPU_WORK))
-    devices = _stats(gpu, ["lane"], "gpu", order=0).with_columns(stream=pl.lit(None, pl.Int64))
-    streams = _stats(gpu, ["lane", "stream"], "gpu", order=1).with_columns(
-        lane=pl.format("{}/stream{}", "lane", "stream")
-    )
-    threads = _stats(cpu, ["lane"], "cpu", order=2)
-    table = pl.concat([devices, streams, threads], how="diagonal")
-    return table.sort("order", "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True).select(LANE_COLUMNS)
+    devices = _stats(gpu, ["lane"], "gpu").with_columns(stream=pl.lit(None, pl.Int64))
+    streams = _stats(gpu, ["lane", "stream"], "gpu").with_columns(lane=pl.format("{}/stream{}", "lane", "stream"))
+    threads = _stats(cpu, ["lane"], "cpu")
+    return sort_lanes(pl.concat([devices, streams, threads], how="diagonal"))
 
 
-def _stats(frame: pl.DataFrame, keys: list[str], kind: str, order: int) -> pl.DataFrame:
+def sort_lanes(table: pl.DataFrame) -> pl.DataFrame:
+    """GPU device lanes first, then their streams, then CPU threads; by rank, process, device, stream, thread."""
+    order = pl.when(pl.col("kind") == "cpu").then(2).when(pl.col("stream").is_null()).then(0).otherwise(1)
+    return table.sort(order, "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True).select(LANE_COLUMNS)
+
+
+def _stats(frame: pl.DataFrame, keys: list[str], kind: str) -> pl.DataFrame:
     """Union per lane (and stream); the lane's other attributes are the same on all its spans."""
     stats = union_stats(frame.select(*keys, "start", "end"), keys)
     attrs = frame.group_by(keys).agg(pl.col(k).first() for k in _KEYS[1:] if k not in keys)
-    return stats.join(attrs, on=keys).with_columns(kind=pl.lit(kind), order=pl.lit(order))
+    return stats.join(attrs, on=keys).with_columns(kind=pl.lit(kind))
 
 
 def lane_table_windowed(spans: pl.LazyFrame, rows_per_window: int = 1_000_000) -> pl.DataFrame:
@@ -70,9 +73,11 @@ def lane_table_windowed(spans: pl.LazyFrame, rows_per_window: int = 1_000_000) -
         )
         pieces.append(lane_table(window.collect()))
     keys = ["lane", "kind", "rank", "pid", "tid", "device", "stream"]
-    total = pl.concat(pieces).group_by(keys, maintain_order=True).agg(
-        pl.col("busy_ns").sum(), pl.col("window_start_ns").min(), pl.col("window_end_ns").max()
+    total = (
+        pl.concat(pieces)
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("busy_ns").sum(), pl.col("window_start_ns").min(), pl.col("window_end_ns").max())
     )
-    total = total.with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns"))
-    order = pl.when(pl.col("kind") == "cpu").then(2).when(pl.col("stream").is_null()).then(0).otherwise(1)
-    return total.sort(order, "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True).select(LANE_COLUMNS)
+    return sort_lanes(
+        total.with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns"))
+    )

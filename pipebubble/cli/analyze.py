@@ -32,44 +32,87 @@ class StageBy(str, Enum):
 
 def analyze(
     paths: Annotated[list[Path], typer.Argument(help="Trace files or folders of per-rank traces.")],
-    format: Annotated[Format | None, typer.Option("--format", "-f", help="Output format (default: from -o's suffix, "
-                                                  "else text).", rich_help_panel=OUTPUT)] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.",
-                                                rich_help_panel=OUTPUT)] = None,
-    width: Annotated[int | None, typer.Option(help="Columns of text output (default: the terminal's).",
-                                              rich_help_panel=OUTPUT)] = None,
+    format: Annotated[
+        Format | None,
+        typer.Option(
+            "--format", "-f", help="Output format (default: from -o's suffix, else text).", rich_help_panel=OUTPUT
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.", rich_help_panel=OUTPUT)
+    ] = None,
+    width: Annotated[
+        int | None, typer.Option(help="Columns of text output (default: the terminal's).", rich_help_panel=OUTPUT)
+    ] = None,
     step: Annotated[int | None, typer.Option(help="Zoom the timeline to this step.", rich_help_panel=OUTPUT)] = None,
-    window: Annotated[str | None, typer.Option(help="Zoom the timeline to START:END ms from its start.",
-                                               rich_help_panel=OUTPUT)] = None,
-    lanes: Annotated[bool, typer.Option("--lanes", help="One timeline row per lane, not per stage.",
-                                        rich_help_panel=OUTPUT)] = False,
-    stage_by: Annotated[StageBy | None, typer.Option(help="What a stage is (default: rank for a folder of ranks, "
-                                                     "device for one file of several GPUs).",
-                                                     rich_help_panel=PIPELINE)] = None,
-    stage: Annotated[list[str] | None, typer.Option(help="Stage NAME=REGEX over lane ids (repeat, in order).",
-                                                    rich_help_panel=PIPELINE)] = None,
-    pp_size: Annotated[int | None, typer.Option(help="Pipeline-parallel size when ranks also do TP/DP.",
-                                                rich_help_panel=PIPELINE)] = None,
-    rank_order: Annotated[str, typer.Option(help="Rank layout for --pp-size: tp-cp-ep-dp-pp (Megatron) or "
-                                            "pp-dp-tp.", rich_help_panel=PIPELINE)] = "tp-cp-ep-dp-pp",
-    microbatch_regex: Annotated[str | None, typer.Option(help="Regex with named groups phase (F/B/W), mb and "
-                                                         "optionally chunk, for custom labels.",
-                                                         rich_help_panel=PIPELINE)] = None,
-    wait_threshold: Annotated[float, typer.Option(help="Report idle gaps longer than this fraction of the step.",
-                                                  rich_help_panel=PIPELINE)] = 0.01,
-    gpu_cost: Annotated[float | None, typer.Option(help="USD per GPU-hour: idle dollars and the price of a useful "
-                                                   "GPU-hour.", rich_help_panel=PIPELINE)] = None,
-    step_regex: Annotated[str | None, typer.Option(help="Regex for engine step labels, named groups mode, "
-                                                   "prefill_tokens, decode_reqs (serving traces).",
-                                                   rich_help_panel=SERVING)] = None,
-    tbt_slo: Annotated[float | None, typer.Option(help="Time-between-tokens target in ms: the prefill chunk "
-                                                  "that keeps steps under it.", rich_help_panel=SERVING)] = None,
-    executor: Annotated[str, typer.Option(help="Where files are mapped: local (a process pool) or ray.",
-                                          rich_help_panel=SCALE)] = "local",
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster to use with --executor ray (default: start "
-                                                    "a local one).", rich_help_panel=SCALE)] = None,
-    workers: Annotated[int | None, typer.Option(help="Processes (or Ray CPUs) to use (default: all cores).",
-                                                rich_help_panel=SCALE)] = None,
+    window: Annotated[
+        str | None, typer.Option(help="Zoom the timeline to START:END ms from its start.", rich_help_panel=OUTPUT)
+    ] = None,
+    lanes: Annotated[
+        bool, typer.Option("--lanes", help="One timeline row per lane, not per stage.", rich_help_panel=OUTPUT)
+    ] = False,
+    stage_by: Annotated[
+        StageBy | None,
+        typer.Option(
+            help="What a stage is (default: rank for a folder of ranks, device for one file of several GPUs).",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = None,
+    stage: Annotated[
+        list[str] | None,
+        typer.Option(help="Stage NAME=REGEX over lane ids (repeat, in order).", rich_help_panel=PIPELINE),
+    ] = None,
+    pp_size: Annotated[
+        int | None, typer.Option(help="Pipeline-parallel size when ranks also do TP/DP.", rich_help_panel=PIPELINE)
+    ] = None,
+    rank_order: Annotated[
+        str,
+        typer.Option(
+            help="Rank layout for --pp-size: tp-cp-ep-dp-pp (Megatron) or pp-dp-tp.", rich_help_panel=PIPELINE
+        ),
+    ] = "tp-cp-ep-dp-pp",
+    microbatch_regex: Annotated[
+        str | None,
+        typer.Option(
+            help="Regex with named groups phase (F/B/W), mb and optionally chunk, for custom labels.",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = None,
+    wait_threshold: Annotated[
+        float, typer.Option(help="Report idle gaps longer than this fraction of the step.", rich_help_panel=PIPELINE)
+    ] = 0.01,
+    gpu_cost: Annotated[
+        float | None,
+        typer.Option(
+            help="USD per GPU-hour: idle dollars and the price of a useful GPU-hour.", rich_help_panel=PIPELINE
+        ),
+    ] = None,
+    step_regex: Annotated[
+        str | None,
+        typer.Option(
+            help="Regex for engine step labels, named groups mode, prefill_tokens, decode_reqs (serving traces).",
+            rich_help_panel=SERVING,
+        ),
+    ] = None,
+    tbt_slo: Annotated[
+        float | None,
+        typer.Option(
+            help="Time-between-tokens target in ms: the prefill chunk that keeps steps under it.",
+            rich_help_panel=SERVING,
+        ),
+    ] = None,
+    executor: Annotated[
+        str, typer.Option(help="Where files are mapped: local (a process pool) or ray.", rich_help_panel=SCALE)
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster to use with --executor ray (default: start a local one).", rich_help_panel=SCALE
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Processes (or Ray CPUs) to use (default: all cores).", rich_help_panel=SCALE)
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -92,9 +135,17 @@ def analyze(
     from pipebubble.ingest import cache, find_traces
     from pipebubble.report import Report
 
-    settings = {"stage_by": stage_by.value if stage_by else None, "stage": stage or [], "pp_size": pp_size,
-                "rank_order": rank_order, "microbatch_regex": microbatch_regex, "wait_threshold": wait_threshold,
-                "gpu_cost": gpu_cost, "step_regex": step_regex, "tbt_slo": tbt_slo}
+    settings = {
+        "stage_by": stage_by.value if stage_by else None,
+        "stage": stage or [],
+        "pp_size": pp_size,
+        "rank_order": rank_order,
+        "microbatch_regex": microbatch_regex,
+        "wait_threshold": wait_threshold,
+        "gpu_cost": gpu_cost,
+        "step_regex": step_regex,
+        "tbt_slo": tbt_slo,
+    }
     key = None if no_cache else cache.report_key(find_traces(paths), settings)
     cached = cache.get_report(key)
     if cached is not None:
@@ -107,24 +158,25 @@ def analyze(
         cache.put_report(key, report.to_dict())
     fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
     try:
-        text = render.render(report, fmt, width=width, color=output is None and console_wants_color(),
-                             step=step, window=_window(window), lanes=lanes)
+        text = render.render(
+            report,
+            fmt,
+            width=width,
+            color=output is None and console_wants_color(),
+            step=step,
+            window=_window(window),
+            lanes=lanes,
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     write_text(text, output)
 
 
 def _build(paths: list[Path], settings: dict, scale: dict, use_cache: bool, quiet: bool):
-    from pipebubble.analysis.pipeline_report import PipelineOptions
-    from pipebubble.mapreduce import Options, ServingOptions, run
-    from pipebubble.stages import StageOptions, parse_rule
+    from pipebubble.mapreduce import Options, run
 
-    stages = StageOptions(settings["stage_by"], tuple(parse_rule(r) for r in settings["stage"]),
-                          settings["pp_size"], settings["rank_order"], settings["microbatch_regex"])
-    options = Options(PipelineOptions(stages, settings["wait_threshold"], settings["gpu_cost"]),
-                      ServingOptions(settings["step_regex"], settings["tbt_slo"]))
     with progress(paths, quiet) as advance:
-        return run(paths, options, use_cache=use_cache, on_file=advance, **scale)
+        return run(paths, Options.from_settings(settings), use_cache=use_cache, on_file=advance, **scale)
 
 
 def _window(text: str | None) -> tuple[int, int] | None:
