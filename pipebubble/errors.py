@@ -1,4 +1,4 @@
-"""The error hierarchy. Only ``cli.main`` turns these into exit codes (2 for bad input)."""
+"""The error hierarchy. Only ``cli.main`` turns these into exit codes (2 for bad input or output)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ class StageSpecError(PipebubbleError):
 
 class CaptureError(PipebubbleError):
     """Profiling a command failed before it could produce a trace."""
+
+
+class OutputError(PipebubbleError):
+    """An output path that cannot be written: the message names it and why."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: cannot write output: {reason}")
+        self.path = path
+        self.reason = reason

@@ -7,6 +7,7 @@ dropping one bumps the version.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from functools import cache
 from typing import Any, get_args, get_origin, get_type_hints
 
 from pipebubble.analysis.whatif import Recommendation  # noqa: F401  (part of the report)
@@ -162,9 +163,15 @@ def from_dict(cls: type, data: Any) -> Any:
     JSON report or a cached one. Keys the dataclass does not know (added by later versions) are ignored."""
     if data is None or not is_dataclass(cls):
         return data
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    return cls(**{k: _value(hints[k], v) for k, v in data.items() if k in known})
+    hints = _hints(cls)
+    return cls(**{k: _value(hints[k], v) for k, v in data.items() if k in hints})
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The field types of a report dataclass, resolved once (not once per lane of a big report)."""
+    every = get_type_hints(cls)
+    return {f.name: every[f.name] for f in fields(cls)}
 
 
 def _value(hint: Any, value: Any) -> Any:

@@ -125,6 +125,8 @@ def reduce_stages(parts: list[StagePart], options: PipelineOptions = PipelineOpt
     table = pm.stage_step_table(work)
     schedule, chunks, m = pm.detect_schedule(work)
     stage_rows = _stages(table, work, names, p)
+    if len(stage_rows) < 2 or not _measurable(wins):
+        return PipelineSection()  # no two stages with work of any length: nothing pipeline-shaped to measure
     waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
     pipeline = _pipeline(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
@@ -138,6 +140,11 @@ def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOpt
     groups = [group for _, group in spans.group_by("source", maintain_order=True)]
     parts = [stage_part(group, options, world, alone=len(groups) == 1) for group in groups]
     return reduce_stages([p for p in parts if p is not None], options)
+
+
+def _measurable(wins: pl.DataFrame) -> bool:
+    """Every step window has a length (zero-length work alone gives windows of 0 ns)."""
+    return bool(wins.height) and bool(wins.select((pl.col("window_end") > pl.col("window_start")).all()).item())
 
 
 def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -> list[Stage]:

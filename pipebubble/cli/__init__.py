@@ -1,15 +1,21 @@
 """The command line: a thin typer app. Each subcommand lives in a small module of this package;
-only this package prints, writes files and exits."""
+only this package prints, writes files and exits.
+
+Exit codes: 0 success, 1 a failed gate, 2 bad input or an unusable output path (one line on stderr naming
+the file), 3 an internal error (one line and a request to report it; the traceback with ``--debug``).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 
-import click
 import typer
-from typer._click import exceptions as click_errors  # typer vendors its own click
 
 from pipebubble.errors import PipebubbleError
+
+OK, GATE_FAILED, BAD_INPUT, INTERNAL = 0, 1, 2, 3
 
 app = typer.Typer(
     name="pipebubble",
@@ -29,9 +35,17 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _debug(value: bool) -> None:
+    if value:
+        os.environ["PIPEBUBBLE_DEBUG"] = "1"
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    debug: bool = typer.Option(
+        False, "--debug", callback=_debug, is_eager=True, help="Show the traceback of an internal error."
+    ),
 ) -> None:
     """Find the bubbles in pipeline-parallel training and LLM serving traces."""
 
@@ -51,19 +65,44 @@ def _register() -> None:
         module.register(app)
 
 
-def main() -> None:
-    """Entry point: turns PipebubbleError into one line on stderr and exit code 2."""
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every outcome becomes one of the documented exit codes."""
     _register()
     try:
-        code = app(standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except PipebubbleError as exc:
         print(f"pipebubble: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except (typer.Exit, click.exceptions.Exit) as exc:
+        sys.exit(BAD_INPUT)
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except (click_errors.ClickException, click.ClickException) as exc:
-        exc.show()
-        sys.exit(2)
-    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
+    except typer.TyperException as exc:  # usage errors: typer prints them with the command's usage line
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"pipebubble: error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(BAD_INPUT)
+    except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    except BrokenPipeError:  # `pipebubble analyze ... | head`: the reader left, nothing went wrong
+        sys.stderr.close()
+        sys.exit(OK)
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 3
+        _internal_error(exc)
+        sys.exit(INTERNAL)
+    sys.exit(code if isinstance(code, int) else OK)
+
+
+def _internal_error(exc: BaseException) -> None:
+    """One line and a request to report it; the whole traceback under ``--debug`` or PIPEBUBBLE_DEBUG."""
+    if os.environ.get("PIPEBUBBLE_DEBUG"):
+        traceback.print_exception(exc, file=sys.stderr)
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f" at {os.path.basename(where[0].filename)}:{where[0].lineno}" if where else ""
+    message = " ".join(str(exc).split())[:300]
+    hint = "" if os.environ.get("PIPEBUBBLE_DEBUG") else "; rerun with --debug for the traceback"
+    print(
+        f"pipebubble: internal error: {type(exc).__name__}: {message}{at}{hint}; please report it "
+        "with the command and `pipebubble --version`",
+        file=sys.stderr,
+    )

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pipebubble.cli.output import console_wants_color, progress, write_text
+from pipebubble.cli.output import console_wants_color, progress, warn, write_text
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
@@ -156,6 +156,7 @@ def analyze(
         scale = {"executor": executor, "ray_address": ray_address, "workers": workers}
         report = _build(paths, settings, scale, use_cache=not no_cache, quiet=quiet)
         cache.put_report(key, report.to_dict())
+    warn(report.ingest.warnings)
     fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
     try:
         text = render.render(

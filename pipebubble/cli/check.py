@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from pipebubble.cli.analyze import StageBy
-from pipebubble.cli.output import write_text
+from pipebubble.cli.output import report_warnings, warn, write_text
 
 GATES = "Gates"
 ANALYSIS = "Analysis (traces only)"
@@ -100,6 +100,7 @@ def check(
         raise typer.BadParameter("no gates: give a threshold such as --max-bubble 0.3, or a [check] table in "
                                  "pipebubble.toml")
     report = load_report(paths, settings(cfg, stage_by, stage, pp_size, microbatch_regex, step_regex), not no_cache)
+    warn(report_warnings(report))
     gates = run_gates(report, thresholds)
     write_text(render_check(gates, format.value), output)
     if any(gate.status == "fail" for gate in gates):

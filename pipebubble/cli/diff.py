@@ -19,7 +19,7 @@ from pipebubble.cli.check import (
     StepRegexOpt,
     settings,
 )
-from pipebubble.cli.output import write_text
+from pipebubble.cli.output import report_warnings, warn, write_text
 
 
 class Format(str, Enum):
@@ -67,8 +67,9 @@ def diff(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--tolerance") from None
     options = settings(cfg, stage_by, stage, pp_size, microbatch_regex, step_regex)
-    result = compare(load_report([base], options, not no_cache), load_report([new], options, not no_cache),
-                     0.05 if allowed is None else allowed)
+    before, after = load_report([base], options, not no_cache), load_report([new], options, not no_cache)
+    warn(report_warnings(before) + report_warnings(after))
+    result = compare(before, after, 0.05 if allowed is None else allowed)
     write_text(render_diff(result, format.value), output)
     if result.regressions:
         raise typer.Exit(1)

@@ -28,7 +28,7 @@ def export(
       pipebubble export runs/rank*.json.gz -o annotated.json
     """
     from pipebubble.analyze import analyze as build
-    from pipebubble.cli.output import progress
+    from pipebubble.cli.output import progress, warn, write_text
     from pipebubble.ingest import load
     from pipebubble.render import perfetto
 
@@ -36,11 +36,10 @@ def export(
         raise PipebubbleError(f"{output}: expected an output name ending in {', '.join(SUFFIXES)}")
     with progress(paths, quiet) as advance:
         ingested = load(paths, use_cache=not no_cache, on_file=advance)
+    warn(ingested.warnings)
     trace = perfetto.build(ingested.spans, build(ingested))
-    if output.suffix.lower() == ".json":
-        output.write_text(perfetto.to_chrome_json(trace))
-    else:
-        output.write_bytes(perfetto.to_proto(trace))
+    data = perfetto.to_chrome_json(trace) if output.suffix.lower() == ".json" else perfetto.to_proto(trace)
+    write_text(data, output)
 
 
 def register(app: typer.Typer) -> None:

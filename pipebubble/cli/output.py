@@ -10,6 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pipebubble.errors import OutputError
+
 
 def console_wants_color() -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
@@ -25,11 +27,42 @@ def console(output: Path | None = None, width: int | None = None) -> Console:
                    force_terminal=None if not plain else False)
 
 
-def write_text(text: str, output: Path | None) -> None:
+def write_text(text: str | bytes, output: Path | None) -> None:
+    """Text (or bytes) to stdout, or to ``output``: a path that cannot be written is bad input (exit 2), not a
+    traceback. The file is written whole or not at all."""
     if output is None:
-        sys.stdout.write(text)
-    else:
-        output.write_text(text)
+        sys.stdout.write(text if isinstance(text, str) else text.decode())
+        return
+    data = text.encode() if isinstance(text, str) else text
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    try:
+        if output.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        tmp.write_bytes(data)
+        os.replace(tmp, output)
+    except OSError as exc:
+        _remove(tmp)
+        raise OutputError(output, exc.strerror or str(exc)) from None
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def report_warnings(report: dict) -> list[str]:
+    """The ingest warnings of a report dict (a saved report may lack them)."""
+    ingest = report.get("ingest") if isinstance(report, dict) else None
+    found = ingest.get("warnings") if isinstance(ingest, dict) else None
+    return [str(w) for w in found] if isinstance(found, list) else []
+
+
+def warn(lines: list[str]) -> None:
+    """Warnings go to stderr whatever the output format, so `--format json | jq` and `-o` users see them."""
+    for line in lines:
+        print(f"pipebubble: warning: {line}", file=sys.stderr)
 
 
 @contextmanager

@@ -154,16 +154,23 @@ def _times(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def lane_table(report: Report) -> Table:
+def lane_table(report: Report, limit: int | None = None) -> Table:
+    """One row per lane, in report order; ``limit``: at most that many rows, with a note of how many more
+    (a job of thousands of threads would otherwise print thousands of rows)."""
+    shown = report.lanes if limit is None else report.lanes[:limit]
     rows = [[ln.lane, ln.kind, ms(ln.busy_ns), ms(ln.idle_ns), ms(ln.window_ns), pct(ln.idle_fraction)]
-            for ln in report.lanes]
+            for ln in shown]
+    hidden = len(report.lanes) - len(shown)
+    notes = (f"{hidden:,} more lanes not shown: --format json, markdown or html lists every lane",) if hidden else ()
     return Table("Lanes (busy = union of work; window = first to last busy instant)",
-                 ["lane", "kind", "busy ms", "idle ms", "window ms", "idle"], rows, frozenset({2, 3, 4, 5}))
+                 ["lane", "kind", "busy ms", "idle ms", "window ms", "idle"], rows, frozenset({2, 3, 4, 5}), notes)
 
 
-def ingest_lines(report: Report) -> list[str]:
+def ingest_lines(report: Report, warnings: bool = True) -> list[str]:
+    """What was read; with the ingest warnings unless the caller shows them elsewhere (the terminal report
+    leaves them to stderr)."""
     ing = report.ingest
     line = f"{len(ing.files)} file(s), {ing.events_read:,} events, {ing.spans:,} spans"
     if ing.skipped:
         line += "; not spans: " + ", ".join(f"{k} {v:,}" for k, v in ing.skipped.items())
-    return [line] + [f"warning: {w}" for w in ing.warnings]
+    return [line] + ([f"warning: {w}" for w in ing.warnings] if warnings else [])

@@ -18,6 +18,7 @@ from pipebubble.render.sections import Table as Section
 from pipebubble.report import Report
 
 NARROW = 100  # below this width the utilization bars get shorter
+TERMINAL_LANES = 200  # lane rows in the terminal; every lane is in the documents and the JSON
 
 
 def table(section: Section, width: int) -> RenderableType:
@@ -80,7 +81,7 @@ def interference_block(report: Report, width: int) -> list[RenderableType]:
 
 def renderable(report: Report, width: int, *, step: int | None = None, window: tuple[int, int] | None = None,
                lanes: bool = False) -> RenderableType:
-    parts: list[RenderableType] = [Text("\n".join(sections.ingest_lines(report)))]
+    parts: list[RenderableType] = [Text("\n".join(sections.ingest_lines(report, warnings=False)))]
     if report.pipeline is not None:
         parts.append(header_block(report))
     if report.timeline:
@@ -93,7 +94,7 @@ def renderable(report: Report, width: int, *, step: int | None = None, window: t
             parts.append(table(section, width))
     parts += interference_block(report, width)
     if report.lanes:
-        parts.append(table(sections.lane_table(report), width))
+        parts.append(table(sections.lane_table(report, limit=TERMINAL_LANES), width))
     return Group(*_spaced(parts))
 
 
