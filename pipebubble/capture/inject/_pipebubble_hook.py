@@ -18,12 +18,23 @@ CONFIG_ENV = "PIPEBUBBLE_CAPTURE"
 # Set by a profiled process for its own children: a fork/spawn child (DataLoader worker, multiprocessing)
 # inherits it and so knows it is not a process to profile.
 OWNER_ENV = "PIPEBUBBLE_CAPTURE_OWNER"
+# "PID" or "PID:launcher", set by each process of the capture for its children: who started them, and
+# whether that process starts its children from the thread that outlives them (see _die_with_parent).
+PARENT_ENV = "PIPEBUBBLE_CAPTURE_PARENT"
 _LAUNCHERS = ("torchrun", "torch/distributed/run.py", "torch/distributed/launch.py")
+_PR_SET_PDEATHSIG = 1
 
 
 def install() -> None:
     raw = os.environ.get(CONFIG_ENV)
-    if not raw or os.environ.get(OWNER_ENV):
+    if not raw:
+        return
+    try:
+        _die_with_parent()
+    except Exception as exc:  # only a safety net: profiling goes ahead without it
+        _warn(f"pid {os.getpid()} will not die with its parent: {exc!r}")
+    os.environ[PARENT_ENV] = str(os.getpid())
+    if os.environ.get(OWNER_ENV):
         return
     config = json.loads(raw)
     sys.meta_path.insert(0, _AfterImport({
@@ -34,6 +45,50 @@ def install() -> None:
 
 def _warn(message: str) -> None:
     print(f"pipebubble: {message}", file=sys.stderr)
+
+
+def _die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies, where that is safe (Linux only).
+
+    A killed capture kills its child; this carries that down the tree, so torchrun's workers (in
+    sessions of their own, out of reach of a process-group signal) do not outlive a killed torchrun.
+    The signal fires when the parent *thread* that started us ends, and on purpose when the parent
+    ends, so it is set only where neither can surprise a program: the parent is a process of this
+    capture and either a launcher (which starts and waits for its children on its main thread) or a
+    single-threaded process in our own session (a child put in a new session may be meant to outlive it)."""
+    pid, _, kind = os.environ.get(PARENT_ENV, "").partition(":")
+    parent = os.getppid()
+    if not sys.platform.startswith("linux") or pid != str(parent):
+        return
+    if kind != "launcher" and not (_threads(parent) == 1 and _same_session(parent)):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(int(signal.SIGKILL)))
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the signal was set: too late for it to fire
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _threads(pid: int) -> int:
+    """How many threads process `pid` runs (0 when that cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _same_session(pid: int) -> bool:
+    try:
+        return os.getsid(0) == os.getsid(pid)
+    except OSError:
+        return False
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -79,15 +134,22 @@ class _ThenCall:
             _warn(f"profiling not started in pid {os.getpid()}: {exc!r}")
 
 
-def _should_profile(config) -> bool:
+def _is_launcher() -> bool:
     argv0 = (sys.argv[0] if sys.argv else "").replace(os.sep, "/")
-    launcher = any(argv0.endswith(name) for name in _LAUNCHERS)
+    return any(argv0.endswith(name) for name in _LAUNCHERS)
+
+
+def _should_profile(config) -> bool:
+    launcher = _is_launcher()
     if "RANK" in os.environ:
         return not launcher
     return not (launcher or config.get("only_ranks"))
 
 
 def _on_torch(torch, config) -> None:
+    if _is_launcher():
+        # torchrun imports torch before it starts the workers, so they see this: they may die with it.
+        os.environ[PARENT_ENV] = f"{os.getpid()}:launcher"
     if not _should_profile(config):
         return
     os.environ[OWNER_ENV] = str(os.getpid())
@@ -149,11 +211,15 @@ class _Session:
         if id(optimizer) != self.optimizer:
             return
         self.steps += 1
-        if self.steps == self.total:
-            self._add_dist_info()  # the step() below ends the recording
-        self.prof.step()
-        self._note_recording()
-        if self.steps >= self.total:
+        try:
+            if self.steps == self.total:
+                self._add_dist_info()  # the step() below ends the recording
+            self.prof.step()
+            self._note_recording()
+        except Exception as exc:  # this runs inside the program's optimizer.step(): never raise there
+            self.problem = self.problem or f"flush_failed: {exc!r}"
+            self.window_done = True
+        if self.steps >= self.total or self.window_done:
             self.window_done = True
             self.hook.remove()
 
@@ -176,11 +242,20 @@ class _Session:
             self.dist_in_trace = True
 
     def _write(self, prof) -> None:
+        """Export under a hidden temporary name, then rename: a trace name only ever holds a whole trace.
+
+        The pid in the temporary name keeps two processes that claim the same rank from mixing their
+        halves. A failure is recorded, not raised: this runs inside the program's step() or exit."""
         if self.problem is not None and self.problem.startswith("own_profiler"):
             return
-        partial = os.path.join(self.config["out"], f".rank{self.rank}.partial.json.gz")
-        prof.export_chrome_trace(partial)
-        os.replace(partial, self.trace)
+        partial = os.path.join(self.config["out"], f".rank{self.rank}.{self.pid}.partial.json.gz")
+        try:
+            prof.export_chrome_trace(partial)
+            os.replace(partial, self.trace)
+        except Exception as exc:
+            self.problem = self.problem or f"flush_failed: {exc!r}"
+            _remove(partial)
+            return
         self.written = True
 
     def _watch_foreign_profilers(self) -> None:
@@ -246,20 +321,43 @@ class _Session:
             self._add_dist_info()
             self.prof.stop()
             if self.config["mode"] == "steps":
-                self.problem = f"partial: the program ended after {self.steps} of {self.total} steps"
+                self.problem = self.problem or f"partial: the program ended after {self.steps} of {self.total} steps"
         else:
             self.problem = f"before_active: the program ended after {self.steps} optimizer step(s)"
 
     def _write_status(self) -> None:
-        cuda = self.torch.cuda
-        used = cuda.is_initialized()  # name the GPUs only if the program used them
+        """Tell the runner how this rank went, in a hidden file renamed into place once whole.
+
+        Runs at exit: a failure is one line on stderr, never a traceback after the program's output."""
         status = {
             "rank": self.rank, "pid": self.pid, "torch": self.torch.__version__,
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-            "devices": ["cpu"] + ([cuda.get_device_name(i) for i in range(cuda.device_count())] if used else []),
+            "devices": self._devices(),
             "optimizer_steps": self.steps, "trace": os.path.basename(self.trace) if self.written else None,
             "problem": self.problem,
         }
-        path = os.path.join(self.config["out"], f".rank{self.rank}.status.json")
-        with open(path, "w") as f:
-            json.dump(status, f)
+        out = self.config["out"]
+        path = os.path.join(out, f".rank{self.rank}.status.json")
+        partial = os.path.join(out, f".rank{self.rank}.{self.pid}.status.tmp")
+        try:
+            with open(partial, "w") as f:
+                json.dump(status, f)
+            os.replace(partial, path)
+        except Exception as exc:
+            _remove(partial)
+            _warn(f"rank {self.rank}: could not report to pipebubble capture: {exc}")
+
+    def _devices(self) -> list:
+        cuda = self.torch.cuda
+        try:
+            used = cuda.is_initialized()  # name the GPUs only if the program used them
+            return ["cpu"] + ([cuda.get_device_name(i) for i in range(cuda.device_count())] if used else [])
+        except Exception:  # a GPU gone bad by exit time must not cost the rank its status
+            return ["cpu"]
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
