@@ -20,7 +20,14 @@ import polars as pl
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import nsys_spans as ns
 from pipebubble.ingest.base import FileResult
-from pipebubble.ingest.nsys_tables import ParquetTables, SqliteTables, Tables, is_sqlite, looks_like_nsys
+from pipebubble.ingest.nsys_tables import (
+    ParquetTables,
+    SqliteTables,
+    Tables,
+    is_sqlite,
+    looks_like_nsys,
+    one_line,
+)
 from pipebubble.spans import conform, empty
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
@@ -54,9 +61,11 @@ def read(path: Path, cache_dir: Path | None = None) -> FileResult:
         result = _read_tables(tables, str(path))
     finally:
         tables.close()
+    _check_session_shift(result)
+    result.warnings = [one_line(w, 1000) for w in result.warnings]
     if result.spans.is_empty():
         reasons = "; ".join(result.warnings) or "no CUDA or NVTX tables"
-        raise TraceFormatError(path, f"nothing to analyse in this Nsight Systems export ({reasons})")
+        raise TraceFormatError(path, one_line(f"nothing to analyse in this Nsight Systems export ({reasons})", 1000))
     return result
 
 
@@ -79,9 +88,7 @@ def align_clocks(results: list[FileResult]) -> list[FileResult]:
             note = "no TARGET_INFO_SESSION_START_TIME: clock not aligned with the other reports"
             out.append(dataclasses.replace(result, warnings=[*result.warnings, note]) if unaligned else result)
             continue
-        shift = offset - base
-        spans = result.spans.with_columns(pl.col("start") + shift, pl.col("end") + shift)
-        out.append(dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": shift}))
+        out.append(_shifted(result, offset - base))
     return out
 
 
@@ -91,14 +98,45 @@ def to_utc(result: FileResult) -> FileResult:
     offset = _utc_offset(result.meta) if result.format == "nsys" else None
     if not offset:
         return result
-    spans = result.spans.with_columns(pl.col("start") + offset, pl.col("end") + offset)
-    return dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": offset})
+    return _shifted(result, offset)
 
 
 def _utc_offset(meta: dict[str, Any]) -> int | None:
     if meta.get("session_start_ns") is None:
         return None
     return int(meta["session_start_ns"]) - int(meta.get("session_start_clock_ns") or 0)
+
+
+def _shift_fits(spans: pl.DataFrame, shift: int) -> bool:
+    """Whether moving every span by ``shift`` keeps its times within +-``TIME_LIMIT`` (see ``nsys_spans``)."""
+    if abs(shift) >= ns.TIME_LIMIT:
+        return False
+    if spans.is_empty() or shift == 0:
+        return True
+    first, last = spans["start"].min(), spans["end"].max()
+    return first is None or (-ns.TIME_LIMIT < first + shift and last + shift < ns.TIME_LIMIT)
+
+
+def _shifted(result: FileResult, shift: int) -> FileResult:
+    """``result`` with its spans moved by ``shift`` ns; unmoved, with a warning, when that would leave the
+    span table's time range (the session start is then not a usable clock)."""
+    if not _shift_fits(result.spans, shift):
+        note = f"clock offset {shift} ns would move spans out of range: clock not aligned"
+        return dataclasses.replace(result, warnings=[*result.warnings, note])
+    spans = result.spans.with_columns(pl.col("start") + shift, pl.col("end") + shift)
+    return dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": shift})
+
+
+def _check_session_shift(result: FileResult) -> None:
+    """Drop a session start whose UTC shift would move this report's spans out of range, with a warning."""
+    offset = _utc_offset(result.meta)
+    if offset is None or _shift_fits(result.spans, offset):
+        return
+    result.meta.pop("session_start_ns", None)
+    result.meta.pop("session_start_clock_ns", None)
+    result.warnings.append(
+        f"TARGET_INFO_SESSION_START_TIME ignored: its UTC offset ({offset} ns) moves spans out of range"
+    )
 
 
 def _open(path: Path, cache_dir: Path | None) -> Tables:
@@ -119,26 +157,32 @@ def _open(path: Path, cache_dir: Path | None) -> Tables:
 
 
 def export_command(report: Path, out: Path) -> list[str]:
+    """The ``nsys`` command line that exports ``report`` (``.nsys-rep`` or the older ``.qdrep``) to ``out``."""
     return ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(report)]
 
 
 def _export_report(report: Path, cache_dir: Path | None) -> Path:
-    """Export a ``.nsys-rep`` to SQLite in the cache (never beside the input, which may be read-only)."""
+    """Export a ``.nsys-rep`` or ``.qdrep`` to SQLite in the cache (never beside the input, which may be read-only)."""
     if not report.is_file():
         raise TraceFormatError(report, "no such file")
     if shutil.which("nsys") is None:
         hint = shlex.join(["nsys", "export", "--type", "sqlite", "-o", str(report.with_suffix(".sqlite")), str(report)])
-        raise TraceFormatError(report, f"reading a report needs nsys on PATH; export it first: {hint}")
+        raise TraceFormatError(report, one_line(f"reading a report needs nsys on PATH; export it first: {hint}", 1000))
     stat = report.stat()
     key = hashlib.sha256(f"{report.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "pipebubble-nsys"
     out = folder / f"{report.stem}-{key}.sqlite"
     if not out.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(export_command(report, out), capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(
+                export_command(report, out), capture_output=True, text=True, errors="replace", check=False
+            )
+        except OSError as exc:
+            raise TraceFormatError(report, one_line(f"cannot run nsys export ({exc})")) from None
         if done.returncode != 0 or not out.exists():
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise TraceFormatError(report, f"nsys export failed (exit {done.returncode}): {last[0]}")
+            raise TraceFormatError(report, one_line(f"nsys export failed (exit {done.returncode}): {last[0]}"))
     return out
 
 
@@ -158,8 +202,18 @@ def _read_tables(tables: Tables, source: str) -> FileResult:
         ns.nvtx_ranges(loaded[ns.NVTX], strings, skipped),
     ]
     result.spans = pl.concat([conform(p) for p in parts]).with_columns(source=pl.lit(source))
-    result.meta.update(_meta(tables, loaded, strings))
+    result.meta.update(_meta(tables, loaded, strings, result.warnings))
+    result.warnings.extend(tables.warnings)
+    result.warnings.extend(_coerced_notes(tables))
     return result
+
+
+def _coerced_notes(tables: Tables) -> list[str]:
+    """One warning per column whose values could not all be read as its type (they were read as nulls)."""
+    return [
+        f"{one_line(col, 120)}: {n} value{'s' if n > 1 else ''} of the wrong type read as null"
+        for col, n in sorted(tables.coerced.items())
+    ]
 
 
 # Tables whose absence changes what the analysis can say; the others are simply empty when absent.
@@ -177,9 +231,11 @@ def _load(tables: Tables, table: str, result: FileResult) -> pl.DataFrame:
     return frame
 
 
-def _meta(tables: Tables, loaded: dict[str, pl.DataFrame], strings: pl.DataFrame) -> dict[str, Any]:
+def _meta(
+    tables: Tables, loaded: dict[str, pl.DataFrame], strings: pl.DataFrame, warnings: list[str]
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"nvtx_domains": ns.nvtx_domains(loaded[ns.NVTX], strings)}
-    meta.update(_session_start(tables))
+    meta.update(_session_start(tables, warnings))
     meta["process_names"] = _process_names(tables)
     meta["thread_names"] = _thread_names(tables, strings)
     version = _export_info(tables).get("EXPORT_PRODUCT_VERSION")
@@ -188,17 +244,25 @@ def _meta(tables: Tables, loaded: dict[str, pl.DataFrame], strings: pl.DataFrame
     return meta
 
 
-def _session_start(tables: Tables) -> dict[str, int]:
-    """UTC epoch ns of the session start, and the same instant on the events' own clock."""
+def _session_start(tables: Tables, warnings: list[str]) -> dict[str, int]:
+    """UTC epoch ns of the session start, and the same instant on the events' own clock.
+
+    Either value beyond the span table's time range (``nsys_spans.TIME_LIMIT``; UTC must also be after 1970)
+    cannot be a real clock reading: both are dropped with a warning, and the report is left unaligned.
+    """
     name = next((n for n in sorted(tables.names) if n.startswith("TARGET_INFO_SESSION_START")), None)
     row = tables.load(name, {"utcEpochNs": I64, "systemClockNs": I64}) if name else pl.DataFrame()
     if row.is_empty() or row["utcEpochNs"][0] is None:
         return {}
-    clock = row["systemClockNs"][0]
+    utc, clock = int(row["utcEpochNs"][0]), row["systemClockNs"][0]
     if clock is None:  # older exports: fall back to the analysis start on the event clock
         details = tables.load("ANALYSIS_DETAILS", {"startTime": I64})
         clock = details["startTime"][0] if details.height else 0
-    return {"session_start_ns": int(row["utcEpochNs"][0]), "session_start_clock_ns": int(clock or 0)}
+    clock = int(clock or 0)
+    if not (0 <= utc < ns.TIME_LIMIT and -ns.TIME_LIMIT < clock < ns.TIME_LIMIT):
+        warnings.append(f"{name} ignored: utcEpochNs {utc} or clock {clock} out of range: clock not aligned")
+        return {}
+    return {"session_start_ns": utc, "session_start_clock_ns": clock}
 
 
 def _process_names(tables: Tables) -> dict[int, str]:

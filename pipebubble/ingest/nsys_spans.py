@@ -16,6 +16,9 @@ from pipebubble.spans import conform
 
 I64 = pl.Int64
 _ID_BITS = 1 << 24
+#: Span times are kept strictly within +-2**62 ns, so sums and differences of them cannot overflow int64.
+TIME_LIMIT = 1 << 62
+_INT32 = (-(1 << 31), (1 << 31) - 1)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -79,9 +82,33 @@ def _valid_time() -> pl.Expr:
     return pl.col("start").is_not_null() & pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start"))
 
 
+def _time_in_range() -> pl.Expr:
+    """Start and end strictly within +-``TIME_LIMIT`` (rows already known to have both)."""
+    bounds = (-TIME_LIMIT, TIME_LIMIT)
+    return pl.col("start").is_between(*bounds, closed="none") & pl.col("end").is_between(*bounds, closed="none")
+
+
+def _fits_int32(col: str) -> pl.Expr:
+    """A null, or a value that fits the span table's Int32 columns."""
+    return pl.col(col).is_null() | pl.col(col).is_between(*_INT32)
+
+
+def valid_rows(frame: pl.DataFrame, bad_reason: str, skipped: Counter[str], *required: str) -> pl.DataFrame:
+    """Rows with a start <= end and every ``required`` id, counted under ``bad_reason`` when not; then rows
+    whose times lie beyond +-``TIME_LIMIT`` (or ``deviceId`` beyond Int32), counted as ``out_of_range``."""
+    cond = _valid_time()
+    for col in required:
+        cond = cond & pl.col(col).is_not_null()
+    frame = keep(frame, cond, bad_reason, skipped)
+    in_range = _time_in_range()
+    if "deviceId" in frame.columns:
+        in_range = in_range & _fits_int32("deviceId")
+    return keep(frame, in_range, "out_of_range", skipped)
+
+
 def device_spans(frame: pl.DataFrame, kind: pl.Expr, name: pl.Expr, skipped: Counter[str]) -> pl.DataFrame:
     """GPU activity rows (kernel, memcpy, memset, graph launch) on lane ``pid{pid}/gpu{device}``."""
-    frame = keep(frame, _valid_time() & pl.col("globalPid").is_not_null(), "gpu_bad_row", skipped)
+    frame = valid_rows(frame, "gpu_bad_row", skipped, "globalPid")
     out = frame.select(
         pid_of("globalPid").alias("pid"),
         pl.col("deviceId").alias("device"),
@@ -124,7 +151,7 @@ def _cpu_lane() -> pl.Expr:
 
 def runtime_calls(frame: pl.DataFrame, strings: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:
     """CUDA runtime/driver calls on their thread's lane; ``_v7000``-style ABI suffixes are dropped."""
-    frame = keep(frame, _valid_time() & pl.col("globalTid").is_not_null(), "runtime_bad_row", skipped)
+    frame = valid_rows(frame, "runtime_bad_row", skipped, "globalTid")
     out = frame.select(
         pid_of("globalTid").alias("pid"),
         tid_of("globalTid").alias("tid"),
@@ -139,7 +166,7 @@ def runtime_calls(frame: pl.DataFrame, strings: pl.DataFrame, skipped: Counter[s
 
 def syncs(frame: pl.DataFrame, runtime: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:
     """Synchronisation records carry only the process: their thread is that of the API call they belong to."""
-    frame = keep(frame, _valid_time() & pl.col("globalPid").is_not_null(), "sync_bad_row", skipped)
+    frame = valid_rows(frame, "sync_bad_row", skipped, "globalPid")
     calls = runtime.select("pid", "tid", "correlation").unique(["pid", "correlation"], keep="first")
     out = frame.select(
         pid_of("globalPid").alias("pid"),
@@ -163,7 +190,7 @@ def nvtx_ranges(frame: pl.DataFrame, strings: pl.DataFrame, skipped: Counter[str
     frame = keep(frame, ~etype.is_in(NVTX_MARKS), "nvtx_mark", skipped)
     frame = keep(frame, etype != NVTX_DOMAIN_CREATE, "nvtx_domain", skipped)
     frame = keep(frame, etype.is_in(NVTX_RANGES), "nvtx_other", skipped)
-    frame = keep(frame, _valid_time(), "nvtx_unmatched", skipped)
+    frame = valid_rows(frame, "nvtx_unmatched", skipped)
     gtid = pl.coalesce("globalTid", "endGlobalTid")
     out = frame.select(
         (gtid // _ID_BITS % _ID_BITS).alias("pid"),

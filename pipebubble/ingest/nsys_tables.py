@@ -3,23 +3,81 @@
 Both give the same view: which tables exist, which columns a table has, and a table loaded in bulk
 as a polars frame with the asked-for dtypes. Columns a given nsys release lacks come back as nulls,
 because the export schema drifts between releases (2021 to 2026) and other tools add columns.
+
+Every access to the file is inside an error boundary: a damaged file raises ``TraceFormatError`` with a
+one-line reason, never a database, decoding or polars error. Values of the wrong type (a BLOB or text in
+an integer column) become nulls and are counted in ``coerced``, so callers can say what was lost.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import polars as pl
 
 from pipebubble.errors import TraceFormatError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Longest reason quoted from an SQLite or Parquet error; the rest is cut.
+REASON_CHARS = 240
+#: What can go wrong reading a damaged SQLite file (error text that is not UTF-8 arrives as a decode error).
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError, MemoryError, ValueError)
 
 
 def _decode(raw: bytes) -> str:
     # NVTX text and process names are whatever the traced program passed in: not always UTF-8.
     return raw.decode("utf-8", "replace")
+
+
+def one_line(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` with every run of whitespace or control characters collapsed to one space, cut to ``limit``."""
+    flat = re.sub(r"[\s\x00-\x1f\x7f]+", " ", text).strip()
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
+def error_text(exc: BaseException) -> str:
+    """A one-line description of ``exc``; SQLite messages that are not valid UTF-8 are decoded with replacement."""
+    if isinstance(exc, UnicodeDecodeError) and isinstance(exc.object, bytes | bytearray):
+        return one_line(bytes(exc.object).decode("utf-8", "replace"))
+    return one_line(str(exc) or type(exc).__name__)
+
+
+def sqlite_uri(path: Path) -> str:
+    """A read-only, immutable URI for ``path``: SQLite then takes no locks and writes no ``-wal``/``-shm`` files."""
+    return f"file:{quote(os.fsencode(Path(path).resolve()))}?mode=ro&immutable=1"
+
+
+def quote_name(name: str) -> str:
+    """An SQL identifier for ``name``, whatever characters it holds."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _int_expr(col: str) -> str:
+    """SQL for column ``col`` as an integer: integers as they are, integral reals and canonical integer text
+    converted, anything else (BLOBs, other text, fractions) null."""
+    c = quote_name(col)
+    return (
+        f"CASE typeof({c}) WHEN 'integer' THEN {c} "
+        f"WHEN 'real' THEN CASE WHEN {c} BETWEEN -9.2e18 AND 9.2e18 AND {c} = CAST({c} AS INTEGER) "
+        f"THEN CAST({c} AS INTEGER) END "
+        f"WHEN 'text' THEN CASE WHEN CAST(CAST({c} AS INTEGER) AS TEXT) = {c} THEN CAST({c} AS INTEGER) END END"
+    )
+
+
+def _text_expr(col: str) -> str:
+    """SQL for column ``col`` as text: BLOBs and numbers are read as text (decoded with replacement)."""
+    return f"CAST({quote_name(col)} AS TEXT)"
+
+
+def _sql_expr(col: str, dtype: pl.DataType) -> str:
+    return _text_expr(col) if dtype == pl.String else _int_expr(col)
 
 
 def _with_missing(frame: pl.DataFrame, cols: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -29,38 +87,80 @@ def _with_missing(frame: pl.DataFrame, cols: dict[str, pl.DataType]) -> pl.DataF
 
 
 class SqliteTables:
-    """An ``nsys export --type sqlite`` file, opened read-only."""
+    """An ``nsys export --type sqlite`` file, opened read-only and immutable (nothing is written beside it)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.path = Path(path)
+        self.coerced: Counter[str] = Counter()
+        self.warnings: list[str] = []
+        self._columns: dict[str, list[str]] = {}
+        self.conn: sqlite3.Connection | None = None
         try:
-            self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-            self.conn.text_factory = _decode
-            rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
-        except sqlite3.Error as exc:
-            raise TraceFormatError(path, f"not a readable SQLite database ({exc})") from exc
-        self.names = {r[0] for r in rows}
+            with self._guard("not a readable SQLite database"):
+                self.conn = sqlite3.connect(sqlite_uri(self.path), uri=True)
+                self.conn.text_factory = _decode
+                rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+        except TraceFormatError:
+            self.close()
+            raise
+        self.names = {r[0] for r in rows if isinstance(r[0], str)}
+        self._note_wal()
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Turn any SQLite failure inside the block into ``TraceFormatError(path, "what (reason)")``."""
+        try:
+            yield
+        except SQLITE_ERRORS as exc:
+            raise TraceFormatError(self.path, f"{what} ({error_text(exc)})") from None
+
+    def _note_wal(self) -> None:
+        """An immutable open ignores a ``-wal`` file; one with content may hold rows this read does not see."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            size = wal.stat().st_size if wal.is_file() else 0
+        except OSError:
+            size = 0
+        if size:
+            self.warnings.append(f"{wal.name} ({size} bytes) beside the export is ignored: rows in it are not read")
 
     def columns(self, table: str) -> list[str]:
         if table not in self.names:
             return []
-        return [r[1] for r in self.conn.execute(f'PRAGMA table_info("{table}")')]
+        if table not in self._columns:
+            with self._guard(f"cannot read table {one_line(table, 80)}"):
+                info = self.conn.execute(f"PRAGMA table_info({quote_name(table)})").fetchall()
+            self._columns[table] = [r[1] for r in info if isinstance(r[1], str)]
+        return self._columns[table]
 
     def load(self, table: str, cols: dict[str, pl.DataType]) -> pl.DataFrame:
         present = [c for c in cols if c in self.columns(table)]
         if not present:
             return pl.DataFrame(schema=cols)
-        sql = "SELECT " + ", ".join(f'"{c}"' for c in present) + f' FROM "{table}"'
-        try:
-            rows = self.conn.execute(sql).fetchall()
-        except sqlite3.Error as exc:
-            raise TraceFormatError(self.path, f"cannot read table {table} ({exc})") from exc
-        # strict=False: SQLite columns are loosely typed; a stray text value becomes null, not a crash.
-        frame = pl.DataFrame(rows, schema={c: cols[c] for c in present}, orient="row", strict=False)
+        source = f"FROM {quote_name(table)}"
+        exprs = [_sql_expr(c, cols[c]) for c in present]
+        with self._guard(f"cannot read table {one_line(table, 80)}"):
+            rows = self.conn.execute(f"SELECT {', '.join(exprs)} {source}").fetchall()
+            frame = pl.DataFrame(rows, schema={c: cols[c] for c in present}, orient="row")
+            with_nulls = {c: e for c, e in zip(present, exprs, strict=True) if frame[c].null_count()}
+            self._count_coerced(table, with_nulls, source)
         return _with_missing(frame, cols)
 
+    def _count_coerced(self, table: str, exprs: dict[str, str], source: str) -> None:
+        """Count the values of ``table`` that were present but could not be read as their column's type
+        (``exprs``: column -> its reading expression, for the columns that came back with nulls)."""
+        if not exprs:
+            return
+        lost = [f"TOTAL({quote_name(c)} IS NOT NULL AND ({e}) IS NULL)" for c, e in exprs.items()]
+        (counts,) = self.conn.execute(f"SELECT {', '.join(lost)} {source}").fetchall()
+        for col, n in zip(exprs, counts, strict=True):
+            if n:
+                self.coerced[f"{table}.{col}"] += int(n)
+
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 class ParquetTables:
@@ -68,6 +168,8 @@ class ParquetTables:
 
     def __init__(self, folder: Path) -> None:
         self.path = folder
+        self.coerced: Counter[str] = Counter()
+        self.warnings: list[str] = []
         self.files: dict[str, list[Path]] = {}
         for item in sorted(folder.iterdir()):
             if item.is_dir():
@@ -84,14 +186,23 @@ class ParquetTables:
         try:
             return list(pl.read_parquet_schema(self.files[table][0]))
         except Exception as exc:  # polars raises several error types for a damaged file
-            raise TraceFormatError(self.files[table][0], f"not a readable Parquet file ({exc})") from exc
+            raise TraceFormatError(self.files[table][0], f"not a readable Parquet file ({error_text(exc)})") from None
 
     def load(self, table: str, cols: dict[str, pl.DataType]) -> pl.DataFrame:
         present = [c for c in cols if c in self.columns(table)]
         if not present:
             return pl.DataFrame(schema=cols)
-        frame = pl.concat([pl.read_parquet(p, columns=present) for p in self.files[table]], how="vertical_relaxed")
-        return _with_missing(frame, cols)
+        try:
+            parts = [pl.read_parquet(p, columns=present) for p in self.files[table]]
+            frame = pl.concat(parts, how="vertical_relaxed")
+            out = _with_missing(frame, cols)
+        except Exception as exc:  # polars raises several error types for a damaged or mistyped file
+            raise TraceFormatError(self.path, f"cannot read table {table} ({error_text(exc)})") from None
+        for col in present:
+            lost = out[col].null_count() - frame[col].null_count()
+            if lost:
+                self.coerced[f"{table}.{col}"] += lost
+        return out
 
     def close(self) -> None:
         pass
