@@ -97,10 +97,15 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     """A span table too big for memory, in Parquet files: lanes are computed in time windows. Its stage work
     and serving steps need the table whole, so it is read whole only when it can hold them: when the file
     is one of several ranks, or when its annotations carry engine step labels."""
+    from pipebubble import spans
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.pipeline_report import one_stage
 
-    scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
+    folder = Path(result.meta["spill"])
+    if not any(folder.glob("*.parquet")):  # no span was written: exactly the in-memory path's empty table
+        meta = {k: v for k, v in result.meta.items() if k not in ("spill", "spans")}
+        return map_spans(replace(result, spans=spans.empty(), meta=meta), options)
+    scan = pl.scan_parquet(folder / "*.parquet")
     lanes = lane_table_windowed(scan)
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = interference(labels, step_regex=options.serving.step_regex)
@@ -179,7 +184,16 @@ def run(
         blobs = _on_ray(jobs, options, use_cache, workers, ray_address, on_file)
     else:
         blobs = _on_pool(jobs, options, use_cache, workers, on_file)
-    return reduce([decode(b) for b in blobs], options)
+    report = reduce([decode(b) for b in blobs], options)
+    return _once_each(report)
+
+
+def _once_each(report: Report) -> Report:
+    """A warning every file repeats (the cache's, raised once in each worker) is reported once."""
+    unique = list(dict.fromkeys(report.ingest.warnings))
+    if len(unique) == len(report.ingest.warnings):
+        return report
+    return replace(report, ingest=replace(report.ingest, warnings=unique))
 
 
 def _on_pool(jobs, options, use_cache, workers, on_file) -> list[bytes]:

@@ -37,5 +37,10 @@ def shared_files(folder: str, pattern: str = "*") -> list[Path]:
 def _private_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own span cache, so no test sees another's (or the user's) cached tables."""
     monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    from pipebubble.ingest.cache import folder
+
+    # The cache state of this process (the folder chosen, its warnings) starts afresh for every test too.
+    monkeypatch.setattr(folder, "_places", {})
+    monkeypatch.setattr(folder, "_warnings", [])
     monkeypatch.delenv("NO_COLOR", raising=False)
     os.environ.setdefault("COLUMNS", "120")

@@ -156,7 +156,8 @@ def analyze(
         scale = {"executor": executor, "ray_address": ray_address, "workers": workers}
         report = _build(paths, settings, scale, use_cache=not no_cache, quiet=quiet)
         cache.put_report(key, report.to_dict())
-    warn(report.ingest.warnings)
+    # The cache may have turned out unusable only while the report was stored: say so once as well.
+    warn([*report.ingest.warnings, *(w for w in cache.warnings() if w not in report.ingest.warnings)])
     fmt = format.value if format else (render.format_from_suffix(output) if output else None) or "text"
     try:
         text = render.render(
