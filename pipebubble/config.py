@@ -5,7 +5,7 @@
     max-wait-ms = 50
     [diff]
     tolerance = 0.05             # or "5%"
-    [stages]                     # how stages and labels are found, as analyze's flags
+    [stages]                     # any analysis setting, named as analyze's flags
     stage-by = "rank"
     stage = ["embed=rank0", "head=rank3"]
     microbatch-regex = 'PP:(?P<phase>[FB])(?P<mb>\\d+)'
@@ -20,14 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipebubble.errors import PipebubbleError
+from pipebubble.errors import ConfigError
 from pipebubble.gates import GATES
+from pipebubble.options import SETTINGS
 
-STAGE_KEYS = {"stage_by", "stage", "pp_size", "rank_order", "microbatch_regex", "wait_threshold", "step_regex"}
-
-
-class ConfigError(PipebubbleError):
-    """A config file that cannot be read or has keys this version does not know."""
+__all__ = ["Config", "ConfigError", "find", "load", "parse_fraction"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +86,7 @@ def _parse(path: Path, table: dict[str, Any]) -> Config:
     diff = _keys(table.get("diff", {}))
     _known(path, "diff.", diff, {"tolerance"})
     stages = _keys(table.get("stages", {}))
-    _known(path, "stages.", stages, STAGE_KEYS)
+    _known(path, "stages.", stages, set(SETTINGS))
     try:
         thresholds = {key: float(value) for key, value in check.items()}
         tolerance = None if "tolerance" not in diff else parse_fraction(diff["tolerance"])

@@ -23,6 +23,10 @@ class StageSpecError(PipebubbleError):
     """A stage mapping or label rule that does not fit the trace."""
 
 
+class ConfigError(PipebubbleError):
+    """A config file that cannot be read or has keys this version does not know."""
+
+
 class CaptureError(PipebubbleError):
     """Profiling a command failed before it could produce a trace."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -21,42 +21,10 @@ import polars as pl
 
 from pipebubble.analysis.interference import interference
 from pipebubble.analysis.lanes import lane_table, sort_lanes
-from pipebubble.analysis.pipeline_report import PipelineOptions, StagePart, reduce_stages, stage_part
+from pipebubble.analysis.pipeline_report import StagePart, reduce_stages, stage_part
 from pipebubble.ingest.base import FileResult
+from pipebubble.options import EXECUTORS, Options, Scale
 from pipebubble.report import IngestSummary, Lane, Report, Segment
-
-EXECUTORS = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class ServingOptions:
-    step_regex: str | None = None  # named groups: mode, prefill_reqs, prefill_tokens, decode_reqs, bs, toks
-    tbt_slo_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class Options:
-    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
-    serving: ServingOptions = field(default_factory=ServingOptions)
-    world: int | None = None  # ranks in the job, when a part sees only some
-    files: int = 0  # files in the job: a file alone with one stage is no pipeline
-
-    @classmethod
-    def from_settings(cls, settings: dict) -> Options:
-        """Options from the analysis settings as the CLI and config files name them (absent keys: defaults)."""
-        from pipebubble.stages import StageOptions, parse_rule
-
-        rules = tuple(parse_rule(rule) for rule in settings.get("stage") or ())
-        stages = StageOptions(
-            settings.get("stage_by"),
-            rules,
-            settings.get("pp_size"),
-            settings.get("rank_order") or "tp-cp-ep-dp-pp",
-            settings.get("microbatch_regex"),
-        )
-        threshold = settings.get("wait_threshold")
-        pipeline = PipelineOptions(stages, 0.01 if threshold is None else threshold, settings.get("gpu_cost"))
-        return cls(pipeline, ServingOptions(settings.get("step_regex"), settings.get("tbt_slo")))
 
 
 @dataclass(frozen=True)
@@ -118,10 +86,10 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
 
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:
     """Map, in a worker: read ``path`` where it lies (a big JSON file on ``workers`` processes) and return the
-    part as bytes. Nsight reports move onto UTC by themselves so reports mapped apart line up."""
-    from pipebubble.ingest import nsys, read_file
+    part as bytes. ``read_file`` puts every file on the one clock, so files mapped apart line up."""
+    from pipebubble.ingest import read_file
 
-    result = nsys.to_utc(read_file(Path(path), position, use_cache, workers))
+    result = read_file(Path(path), position, use_cache, workers)
     return encode(map_spans(result, options))
 
 
@@ -150,6 +118,8 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
 
 
 def summarize(parts: list[FilePart]) -> IngestSummary:
+    from pipebubble.ingest.nsys import unaligned
+
     skipped: Counter[str] = Counter()
     for p in parts:
         skipped.update(p.file.skipped)
@@ -158,32 +128,23 @@ def summarize(parts: list[FilePart]) -> IngestSummary:
         events_read=sum(p.file.events_read for p in parts),
         spans=sum(p.file.meta.get("spans", 0) for p in parts),
         skipped=dict(sorted(skipped.items())),
-        warnings=[w for p in parts for w in p.file.warnings],
+        warnings=[w for p in parts for w in p.file.warnings] + unaligned([p.file for p in parts]),
         formats={p.file.source: p.file.format for p in parts},
         unread_bytes=sum(p.file.meta.get("unread_bytes", 0) for p in parts),
     )
 
 
-def run(
-    paths: list[Path],
-    options: Options,
-    *,
-    executor: str = "local",
-    workers: int | None = None,
-    ray_address: str | None = None,
-    use_cache: bool = True,
-    on_file: Callable[[str], None] | None = None,
-) -> Report:
-    """Map every trace under ``paths`` on ``executor``, then reduce here."""
-    from pipebubble.ingest import find_traces
-
-    files = find_traces(paths)
-    options = replace(options, files=len(files))
+def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable[[str], None] | None = None) -> Report:
+    """Map every trace file on ``scale``'s executor, then reduce here (``pipebubble.run`` is the way in)."""
     jobs = [(str(f), i) for i, f in enumerate(files)]
-    if executor == "ray":
-        blobs = _on_ray(jobs, options, use_cache, workers, ray_address, on_file)
+    if scale.executor == "ray":
+        blobs = _on_ray(jobs, options, scale.use_cache, scale.workers, scale.ray_address, on_file)
+    elif scale.executor == "local":
+        blobs = _on_pool(jobs, options, scale.use_cache, scale.workers, on_file)
     else:
-        blobs = _on_pool(jobs, options, use_cache, workers, on_file)
+        from pipebubble.errors import PipebubbleError
+
+        raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
     report = reduce([decode(b) for b in blobs], options)
     return _once_each(report)
 
@@ -251,6 +212,7 @@ def encode(part: FilePart) -> bytes:
             "work": _ipc(s.work),
             "host": _ipc(s.host),
             "facts": s.facts,
+            "pipeline": s.pipeline,
         }
     envelope = {
         "file": {

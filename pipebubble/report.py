@@ -6,22 +6,26 @@ dropping one bumps the version.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from pipebubble.analysis.whatif import Recommendation  # noqa: F401  (part of the report)
+from pipebubble.errors import PipebubbleError
 
 SCHEMA_VERSION = 1
+SNIFF_BYTES = 256  # a saved report starts with schema_version (Kineto's key is schemaVersion)
 
 
 @dataclass(frozen=True)
 class IngestSummary:
-    files: list[str]
-    events_read: int
-    spans: int
-    skipped: dict[str, int]
-    warnings: list[str]
+    files: list[str] = field(default_factory=list)
+    events_read: int = 0
+    spans: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     formats: dict[str, str] = field(default_factory=dict)
     unread_bytes: int = 0
 
@@ -138,8 +142,8 @@ class Pipeline:
 
 @dataclass(frozen=True)
 class Report:
-    ingest: IngestSummary
-    lanes: list[Lane]
+    ingest: IngestSummary = field(default_factory=IngestSummary)
+    lanes: list[Lane] = field(default_factory=list)
     stages: list[Stage] = field(default_factory=list)
     pipeline: Pipeline | None = None
     waits: list[Wait] = field(default_factory=list)
@@ -152,10 +156,11 @@ class Report:
         return from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report: ``schema_version`` first, then the sections in the documented order."""
+        """The JSON report: ``schema_version`` first, then the sections in the documented order; plain JSON
+        values (lists, not tuples), so it equals what a saved report reads back as."""
         body = asdict(self)
         version = body.pop("schema_version")
-        return {"schema_version": version, **body}
+        return json.loads(json.dumps({"schema_version": version, **body}))
 
 
 def from_dict(cls: type, data: Any) -> Any:
@@ -186,3 +191,29 @@ def _value(hint: Any, value: Any) -> Any:
     if args and origin is not dict:  # X | None
         return _value(args[0], value)
     return value
+
+
+def is_saved_report(path: Path) -> bool:
+    """Whether ``path`` is a JSON report pipebubble wrote (``analyze --format json -o``), not a trace."""
+    if not path.is_file() or path.suffix.lower() != ".json":
+        return False
+    try:
+        with open(path, "rb") as file:
+            return b'"schema_version"' in file.read(SNIFF_BYTES)
+    except OSError:
+        return False
+
+
+def read_saved_report(path: Path) -> Report:
+    """A saved JSON report as the Report it was; sections it lacks are empty."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PipebubbleError(f"{path}: not a readable JSON report ({exc})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise PipebubbleError(f"{path}: expected a report with schema_version {SCHEMA_VERSION}, found {version!r}")
+    try:
+        return Report.from_dict(data)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise PipebubbleError(f"{path}: not a report of schema_version {SCHEMA_VERSION} ({exc})") from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipebubble.errors import StageSpecError
+from pipebubble.options import RANK_ORDERS, StageOptions, check_regex
 
 #: (name, regex); groups: phase letter or word, mb, chunk (a virtual stage id or chunk index).
 LABEL_PATTERNS = (
@@ -39,18 +40,8 @@ PHASES = {
     "Forward": "forward",
     "Backward": "backward",
 }
-RANK_ORDERS = ("tp-cp-ep-dp-pp", "tp-pp-dp", "pp-dp-tp")
 COMM_NAMES = r"(?i)^(gloo|nccl|mpi|ucc):|^c10d::|record_param_comms|^PP:\d+(SEND|RECV)_"
 BACKWARD_NAMES = r"(?i)backward|autograd::engine"
-
-
-@dataclass(frozen=True)
-class StageOptions:
-    stage_by: str | None = None  # rank | device | process | stream
-    rules: tuple[tuple[str, str], ...] = ()  # (name, regex on lane id)
-    pp_size: int | None = None
-    rank_order: str = "tp-cp-ep-dp-pp"
-    microbatch_regex: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,26 +166,10 @@ def _by_pipeline_group(spans: pl.DataFrame, groups: list) -> StageMap | None:
 def _by_rules(spans: pl.DataFrame, rules: tuple[tuple[str, str], ...]) -> StageMap:
     expr = pl.lit(None, pl.Int32)
     for index, (_, regex) in reversed(list(enumerate(rules))):
-        _check_regex(regex)
+        check_regex(regex)
         expr = pl.when(pl.col("lane").str.contains(regex)).then(pl.lit(index, pl.Int32)).otherwise(expr)
     names = [name for name, _ in rules]
     return StageMap(spans.with_columns(stage=expr), names, "rules", [(i,) for i in range(len(rules))])
-
-
-def _check_regex(regex: str) -> None:
-    try:
-        re.compile(regex)
-    except re.error as exc:
-        raise StageSpecError(f"bad regex {regex!r}: {exc}") from None
-
-
-def parse_rule(text: str) -> tuple[str, str]:
-    """``NAME=REGEX`` from the command line."""
-    name, sep, regex = text.partition("=")
-    if not sep or not name or not regex:
-        raise StageSpecError(f"--stage expects NAME=REGEX, got {text!r}")
-    _check_regex(regex)
-    return name, regex
 
 
 def labels(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, str | None]:
@@ -203,7 +178,7 @@ def labels(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl
     notes = spans.filter(pl.col("kind") == "annotation")
     patterns = ((("custom", microbatch_regex),) if microbatch_regex else ()) + LABEL_PATTERNS
     for name, regex in patterns:
-        _check_regex(regex)
+        check_regex(regex)
         found = notes.filter(pl.col("name").str.contains(regex))
         if found.height:
             return _label_frame(found, regex, name), name

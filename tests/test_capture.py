@@ -140,10 +140,10 @@ def test_pipeline_workload_labels_every_microbatch(tmp_path):
         assert events(trace)["distributedInfo"]["rank"] == rank
     assert json.loads(result.metadata.read_text())["workload"]["schedule"] == "1f1b"
     # ... and reads back through the analysis as the pipeline it is.
-    from pipebubble.analyze import analyze
-    from pipebubble.ingest import load
+    from pipebubble.options import Options, Scale
+    from pipebubble.run import run
 
-    pipe = analyze(load([options.out], use_cache=False)).pipeline
+    pipe = run([options.out], Options(), Scale(use_cache=False)).pipeline
     assert (pipe.stages, pipe.microbatches, pipe.schedule, pipe.microbatches_inferred) == (4, 8, "1f1b", False)
 
 

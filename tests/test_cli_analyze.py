@@ -84,11 +84,11 @@ def test_parallel_block_decoding_matches_serial(tmp_path, monkeypatch, workers):
 
 
 def test_bundled_samples_read_as_the_pipelines_they_are():
-    from pipebubble.analyze import analyze
+    from pipebubble.run import run
 
     for name, schedule in [("pipeline_1f1b", "1f1b"), ("pipeline_gpipe", "gpipe"),
                            ("pipeline_1f1b_imbalanced", "1f1b")]:
-        pipe = analyze(load([ROOT / "sample_traces" / name])).pipeline
+        pipe = run([ROOT / "sample_traces" / name]).pipeline
         assert (pipe.stages, pipe.microbatches, pipe.schedule) == (4, 8, schedule), name
         assert pipe.theoretical_bubble_fraction == pytest.approx(3 / 11)
 

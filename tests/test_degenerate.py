@@ -7,10 +7,9 @@ import pytest
 
 from pipebubble import spans
 from pipebubble.analysis.lanes import lane_table
-from pipebubble.analyze import analyze
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import Ingested
 from pipebubble.ingest.base import FileResult
+from pipebubble.run import of_results
 
 
 def one_span(kind: str, device: int | None) -> pl.DataFrame:
@@ -34,10 +33,10 @@ def test_lanes_of_one_span(kind, device, lanes):
 
 def test_report_of_one_span_and_of_nothing():
     table = one_span("kernel", 0)
-    report = analyze(Ingested(table, [FileResult("t", table, 1)]))
+    report = of_results([FileResult("t", table, 1)])
     assert report.to_dict()["lanes"][0]["busy_ns"] == 150
     with pytest.raises(TraceFormatError, match="nothing to analyse"):
-        analyze(Ingested(spans.empty(), [FileResult("t", spans.empty(), 3)]))
+        of_results([FileResult("t", spans.empty(), 3)])
 
 
 @pytest.mark.parametrize("table", [spans.empty(), one_span("kernel", 0), one_span("annotation", None)],

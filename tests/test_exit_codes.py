@@ -27,7 +27,7 @@ def test_internal_error_is_exit_3_with_one_line(capsys, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(pipebubble.mapreduce, "run", boom)
+    monkeypatch.setattr(pipebubble.mapreduce, "execute", boom)
     monkeypatch.delenv("PIPEBUBBLE_DEBUG", raising=False)
     code, out, err = run(capsys, "analyze", str(SAMPLE), "--no-cache")
     assert code == 3
@@ -41,7 +41,7 @@ def test_debug_shows_the_traceback(capsys, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("broke")
 
-    monkeypatch.setattr(pipebubble.mapreduce, "run", boom)
+    monkeypatch.setattr(pipebubble.mapreduce, "execute", boom)
     monkeypatch.delenv("PIPEBUBBLE_DEBUG", raising=False)
     code, _, err = run(capsys, "--debug", "analyze", str(SAMPLE), "--no-cache")
     assert code == 3 and "Traceback" in err and "RuntimeError: broke" in err

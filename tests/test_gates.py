@@ -13,7 +13,7 @@ import pytest
 from synth import simulate, write_pipeline
 
 from pipebubble import config
-from pipebubble.baseline import load_report
+from pipebubble.run import run
 from pipebubble.gates import GATES, check, diff
 from pipebubble.render.gates import render_check, render_diff
 
@@ -41,12 +41,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def report(runs) -> dict:
-    return load_report([runs["base"]])
+    return run([runs["base"]]).to_dict()
 
 
 @pytest.fixture(scope="module")
 def serving() -> dict:
-    return load_report([SERVE])
+    return run([SERVE]).to_dict()
 
 
 @pytest.mark.parametrize("key", [k for k in GATES if k != "max_decode_slowdown"])
@@ -72,7 +72,7 @@ def test_diff_of_a_report_with_itself_has_no_regression(report):
 
 
 def test_diff_names_the_slower_stage(report, runs):
-    result = diff(report, load_report([runs["slow"]]), 0.05)
+    result = diff(report, run([runs["slow"]]).to_dict(), 0.05)
     names = [d.metric for d in result.regressions]
     assert "stage 1 busy" in names and "step_time_ns" in names
     assert not any(name.startswith("stage 0 busy") for name in names)

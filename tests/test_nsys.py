@@ -320,23 +320,28 @@ def test_report_is_exported_into_the_cache(tmp_path: Path, monkeypatch: pytest.M
 # --- several reports ---
 
 
-def test_align_clocks_shifts_later_sessions(tmp_path: Path) -> None:
+def test_reports_move_onto_utc_by_themselves(tmp_path: Path) -> None:
+    """The one clock rule: each report moves by its own session start, so reports read apart line up."""
     early = nsys.read(write_export(tmp_path, "2026", "sqlite"))
     later_path = fx.write(two_process_trace(), tmp_path / "node1.sqlite")
     with sqlite3.connect(later_path) as conn:  # same host clock reading, session started 1 µs later in UTC
         conn.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + 1000")
     later = nsys.read(later_path)
+    a, b = nsys.to_utc(early), nsys.to_utc(later)
+    assert b.meta["clock_offset_ns"] - a.meta["clock_offset_ns"] == 1000
+    moved_a, moved_b = a.spans["start"] - early.spans["start"], b.spans["start"] - later.spans["start"]
+    assert (moved_b - moved_a).unique().to_list() == [1000]
     other = FileResult(source="x.json", spans=early.spans.head(1), format="kineto")
-    a, b, c = nsys.align_clocks([early, later, other])
-    assert a.meta["clock_offset_ns"] == 0 and b.meta["clock_offset_ns"] == 1000
-    assert (b.spans["start"] - later.spans["start"]).unique().to_list() == [1000]
-    assert a.spans.equals(early.spans) and c is other
+    assert nsys.to_utc(other) is other
 
 
-def test_align_clocks_warns_when_a_report_has_no_session_start() -> None:
+def test_reports_without_a_session_start_are_named_as_unaligned() -> None:
     spans = pl.DataFrame({"start": [1], "end": [2]})
-    done = nsys.align_clocks([FileResult("a", spans, format="nsys"), FileResult("b", spans, format="nsys")])
-    assert all(r.spans.equals(spans) and "clock not aligned" in r.warnings[0] for r in done)
+    done = [FileResult("a", spans, format="nsys"), FileResult("b", spans, format="nsys")]
+    assert all(nsys.to_utc(r).spans.equals(spans) for r in done)
+    warnings = nsys.unaligned(done)
+    assert len(warnings) == 2 and all("clock not aligned" in w for w in warnings)
+    assert nsys.unaligned(done[:1]) == []
 
 
 # --- properties ---

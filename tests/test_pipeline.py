@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth import simulate, write_pipeline
 
-from pipebubble.analysis.pipeline_report import pipeline_section
-from pipebubble.ingest import load
+from pipebubble.options import Options, PipelineOptions, Scale
+from pipebubble.run import run
 
 
-def analyse(folder):
-    return pipeline_section(load([folder], use_cache=False).spans)
+def analyse(folder, options: Options = Options()):
+    return run([folder], options, Scale(use_cache=False))
 
 
 def exact_bubble(section) -> Fraction:
@@ -83,10 +83,8 @@ def test_schedules_detected(tmp_path, schedule, chunks, expected):
 
 
 def test_gpu_cost(tmp_path):
-    from pipebubble.analysis.pipeline_report import PipelineOptions
-
     folder = write_pipeline(tmp_path, simulate("gpipe", 4, 8, [10_000] * 4, [20_000] * 4))
-    pipe = pipeline_section(load([folder]).spans, PipelineOptions(gpu_cost=3.0)).pipeline
+    pipe = analyse(folder, Options(PipelineOptions(gpu_cost=3.0))).pipeline
     utilization = 1 - 3 / 11
     assert pipe.effective_price_per_useful_gpu_hour == pytest.approx(3.0 / utilization)
     assert pipe.idle_cost_per_hour == pytest.approx(3.0 * 4 * 3 / 11)
@@ -153,8 +151,6 @@ def test_unlabelled_gpu_passes_are_inferred_from_their_launching_operators(tmp_p
 def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_path):
     """8 ranks: two data-parallel replicas of a 4-stage pipeline, pipeline groups [0,2,4,6] and [1,3,5,7]
     (the second replica twice as slow). The ranks' pg_config names the pipeline groups: 4 stages, replica 0."""
-    from pipebubble.analyze import analyze
-
     groups = [
         {"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(8))},
         {"pg_name": "1", "pg_desc": "mesh_pp", "ranks": [0, 2, 4, 6]},
@@ -165,7 +161,7 @@ def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_pat
     slow = simulate("1f1b", 4, 8, [20_000] * 4, [40_000] * 4)
     write_pipeline(tmp_path, fast, rank_of=lambda s: 2 * s, world=8, groups=groups)
     write_pipeline(tmp_path, slow, rank_of=lambda s: 2 * s + 1, world=8, groups=groups)
-    report = analyze(load([tmp_path], use_cache=False))
+    report = analyse(tmp_path)
     assert [s.name for s in report.stages] == ["pp0", "pp1", "pp2", "pp3"]
     assert [s.lanes for s in report.stages] == [[f"rank{2 * s}/gpu0"] for s in range(4)]
     assert report.pipeline.bubble_fraction == pytest.approx(fast.bubble_fraction)

@@ -216,13 +216,14 @@ def test_terminal_lane_table_is_bounded_and_says_how_many_more(tmp_path):
     """Thousands of thread lanes: the terminal shows the first rows and a count of the rest; JSON has all."""
     import json as _json
 
-    from pipebubble.mapreduce import Options, run
+    from pipebubble.options import Options, Scale
     from pipebubble.render import terminal
+    from pipebubble.run import run
 
     events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": t, "ts": t, "dur": 2} for t in range(500)]
     path = tmp_path / "threads.json"
     path.write_text(_json.dumps({"traceEvents": events}))
-    report = run([path], Options(), use_cache=False)
+    report = run([path], Options(), Scale(use_cache=False))
     assert len(report.lanes) == 500
     text = terminal.render(report, width=120)
     assert sum(line.startswith("rank0/pid1/tid") for line in text.splitlines()) == terminal.TERMINAL_LANES

@@ -6,7 +6,9 @@ import pytest
 from synth import simulate, write_pipeline
 
 from pipebubble import ingest
-from pipebubble.mapreduce import Options, decode, encode, map_spans, run
+from pipebubble.mapreduce import decode, encode, map_spans
+from pipebubble.options import Options, Scale
+from pipebubble.run import run
 
 
 @pytest.fixture(scope="module")
@@ -26,18 +28,18 @@ def test_part_survives_its_bytes(folder):
 
 
 def test_local_pool_matches_in_process(folder, monkeypatch):
-    serial = run([folder], Options(), workers=1, use_cache=False).to_dict()
+    serial = run([folder], Options(), Scale(workers=1, use_cache=False)).to_dict()
     monkeypatch.setattr(ingest, "PARALLEL_BYTES", 0)
-    pooled = run([folder], Options(), workers=2, use_cache=False).to_dict()
+    pooled = run([folder], Options(), Scale(workers=2, use_cache=False)).to_dict()
     assert pooled == serial
     assert serial["pipeline"]["stages"] == 6 and serial["pipeline"]["microbatches"] == 12
 
 
 def test_ray_matches_local(folder):
     ray = pytest.importorskip("ray")
-    local = run([folder], Options(), workers=1, use_cache=False).to_dict()
+    local = run([folder], Options(), Scale(workers=1, use_cache=False)).to_dict()
     try:
-        remote = run([folder], Options(), executor="ray", workers=2, use_cache=False).to_dict()
+        remote = run([folder], Options(), Scale("ray", workers=2, use_cache=False)).to_dict()
     finally:
         ray.shutdown()
     assert remote == local

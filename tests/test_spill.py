@@ -8,7 +8,8 @@ import pytest
 from conftest import shared
 
 from pipebubble.ingest import cache
-from pipebubble.mapreduce import Options, run
+from pipebubble.options import Options, Scale
+from pipebubble.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 )
 def test_spilled_report_equals_in_memory(where, monkeypatch):
     path = ROOT / "sample_traces" / where if isinstance(where, str) else shared(*where)
-    in_memory = run([path], Options(), use_cache=False).to_dict()
+    in_memory = run([path], Options(), Scale(use_cache=False)).to_dict()
     monkeypatch.setenv("PIPEBUBBLE_SPILL_BYTES", "1")
-    spilled = run([path], Options(), use_cache=True)
+    spilled = run([path], Options(), Scale(use_cache=True))
     assert list((cache.directory() / "spill").iterdir())
     assert spilled.to_dict() == in_memory
-    again = run([path], Options(), use_cache=True)  # from the cache: the spill folders are reused
+    again = run([path], Options(), Scale(use_cache=True))  # from the cache: the spill folders are reused
     assert again.to_dict() == in_memory

@@ -14,14 +14,8 @@ from pipebubble.analysis.intervals import merge
 from pipebubble.analysis.waits import find_waits
 from pipebubble.analysis.work import stage_work
 from pipebubble.errors import StageSpecError
+from pipebubble.options import PipelineOptions
 from pipebubble.report import Pipeline, Segment, Stage, StepResult, Wait
-
-
-@dataclass(frozen=True)
-class PipelineOptions:
-    stages: st.StageOptions = field(default_factory=st.StageOptions)
-    wait_threshold: float = 0.01  # a gap counts as a wait above this fraction of its step window
-    gpu_cost: float | None = None  # USD per GPU-hour
 
 
 @dataclass(frozen=True)
@@ -132,14 +126,6 @@ def reduce_stages(parts: list[StagePart], options: PipelineOptions = PipelineOpt
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
     return PipelineSection(stage_rows, pipeline, waits, _timeline(work))
-
-
-def pipeline_section(spans: pl.DataFrame, options: PipelineOptions = PipelineOptions()) -> PipelineSection:
-    """Map over the files in ``spans`` and reduce, in this process."""
-    world = int(spans["rank"].max()) + 1 if spans["rank"].drop_nulls().len() else None
-    groups = [group for _, group in spans.group_by("source", maintain_order=True)]
-    parts = [stage_part(group, options, world, alone=len(groups) == 1) for group in groups]
-    return reduce_stages([p for p in parts if p is not None], options)
 
 
 def _measurable(wins: pl.DataFrame) -> bool:

@@ -67,8 +67,8 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every outcome becomes one of the documented exit codes."""
-    _register()
     try:
+        _register()
         code = app(args=argv, standalone_mode=False)
     except PipebubbleError as exc:
         print(f"pipebubble: error: {exc}", file=sys.stderr)

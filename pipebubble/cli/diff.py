@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pipebubble.cli.check import (
-    ConfigOpt,
-    MicrobatchOpt,
-    NoCacheOpt,
-    OutputOpt,
-    PpSizeOpt,
-    StageByOpt,
-    StageOpt,
-    StepRegexOpt,
-    settings,
-)
-from pipebubble.cli.output import report_warnings, warn, write_text
+from pipebubble.cli import flags
+from pipebubble.cli.output import warn, write_text
+from pipebubble.render import formats
 
-
-class Format(str, Enum):
-    text = "text"
-    markdown = "markdown"
-    json = "json"
+Format = formats.choices("diff")
 
 
 def diff(
@@ -35,14 +21,18 @@ def diff(
                                                   "(default: the diff table of pipebubble.toml, else 5%).")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="text, markdown (e.g. a PR comment) or "
                                            "json.")] = Format.text,
-    output: OutputOpt = None,
-    config: ConfigOpt = None,
-    stage_by: StageByOpt = None,
-    stage: StageOpt = None,
-    pp_size: PpSizeOpt = None,
-    microbatch_regex: MicrobatchOpt = None,
-    step_regex: StepRegexOpt = None,
-    no_cache: NoCacheOpt = False,
+    output: flags.Output = None,
+    config: flags.Config = None,
+    stage_by: flags.StageByOpt = None,
+    stage: flags.StageRules = None,
+    pp_size: flags.PpSize = None,
+    rank_order: flags.RankOrder = None,
+    microbatch_regex: flags.MicrobatchRegex = None,
+    wait_threshold: flags.WaitThreshold = None,
+    step_regex: flags.StepRegex = None,
+    tbt_slo: flags.TbtSlo = None,
+    workers: flags.Workers = None,
+    no_cache: flags.NoCache = False,
 ) -> None:
     """Per stage (matched by index) busy/fill/drain/idle, bubble, step time, stage-time CV, imbalance, lanes
     (matched by id) and new or grown waits. Exit 1 naming each metric that worsened by more than the
@@ -57,19 +47,22 @@ def diff(
       pipebubble diff baseline.json runs/pr123/ --tolerance 10% --format markdown -o diff.md
     """
     from pipebubble import config as configuration
-    from pipebubble.baseline import load_report
     from pipebubble.gates import diff as compare
     from pipebubble.render.gates import render_diff
+    from pipebubble.run import run
 
     cfg = configuration.load(config)
     try:
         allowed = configuration.parse_fraction(tolerance) if tolerance is not None else cfg.tolerance
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--tolerance") from None
-    options = settings(cfg, stage_by, stage, pp_size, microbatch_regex, step_regex)
-    before, after = load_report([base], options, not no_cache), load_report([new], options, not no_cache)
-    warn(report_warnings(before) + report_warnings(after))
-    result = compare(before, after, 0.05 if allowed is None else allowed)
+    options = flags.options(config, stage_by=stage_by, stage=stage, pp_size=pp_size, rank_order=rank_order,
+                            microbatch_regex=microbatch_regex, wait_threshold=wait_threshold,
+                            step_regex=step_regex, tbt_slo=tbt_slo)
+    scale = flags.scale(workers=workers, no_cache=no_cache)
+    before, after = run([base], options, scale), run([new], options, scale)
+    warn(before.ingest.warnings + after.ingest.warnings)
+    result = compare(before.to_dict(), after.to_dict(), 0.05 if allowed is None else allowed)
     write_text(render_diff(result, format.value), output)
     if result.regressions:
         raise typer.Exit(1)

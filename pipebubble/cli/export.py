@@ -7,16 +7,26 @@ from typing import Annotated
 
 import typer
 
+from pipebubble.cli import flags
 from pipebubble.errors import PipebubbleError
-
-SUFFIXES = (".pftrace", ".perfetto-trace", ".pb", ".json")
+from pipebubble.render import formats
 
 
 def export(
-    paths: Annotated[list[Path], typer.Argument(help="Trace files or folders of per-rank traces.")],
+    paths: flags.Paths,
     output: Annotated[Path, typer.Option("--output", "-o", help="out.pftrace (Perfetto protobuf) or out.json.")],
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span cache.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    config: flags.Config = None,
+    stage_by: flags.StageByOpt = None,
+    stage: flags.StageRules = None,
+    pp_size: flags.PpSize = None,
+    rank_order: flags.RankOrder = None,
+    microbatch_regex: flags.MicrobatchRegex = None,
+    wait_threshold: flags.WaitThreshold = None,
+    step_regex: flags.StepRegex = None,
+    tbt_slo: flags.TbtSlo = None,
+    workers: flags.Workers = None,
+    no_cache: flags.NoCache = False,
+    quiet: flags.Quiet = False,
 ) -> None:
     """Write one trace with the original spans (a track per stage or lane), each pass, every bubble and wait
     with its cause, and a utilization counter; open it in ui.perfetto.dev.
@@ -27,19 +37,22 @@ def export(
 
       pipebubble export runs/rank*.json.gz -o annotated.json
     """
-    from pipebubble.analyze import analyze as build
     from pipebubble.cli.output import progress, warn, write_text
-    from pipebubble.ingest import load
-    from pipebubble.render import perfetto
+    from pipebubble.run import run, spans
 
-    if output.suffix.lower() not in SUFFIXES:
-        raise PipebubbleError(f"{output}: expected an output name ending in {', '.join(SUFFIXES)}")
+    try:
+        fmt = formats.pick("export", None, output)
+    except ValueError as exc:
+        raise PipebubbleError(str(exc)) from None
+    options = flags.options(config, stage_by=stage_by, stage=stage, pp_size=pp_size, rank_order=rank_order,
+                            microbatch_regex=microbatch_regex, wait_threshold=wait_threshold,
+                            step_regex=step_regex, tbt_slo=tbt_slo)
+    scale = flags.scale(workers=workers, no_cache=no_cache)
     with progress(paths, quiet) as advance:
-        ingested = load(paths, use_cache=not no_cache, on_file=advance)
-    warn(ingested.warnings)
-    trace = perfetto.build(ingested.spans, build(ingested))
-    data = perfetto.to_chrome_json(trace) if output.suffix.lower() == ".json" else perfetto.to_proto(trace)
-    write_text(data, output)
+        table = spans(paths, scale, on_file=advance)
+    report = run(paths, options, scale)
+    warn(report.ingest.warnings)
+    write_text(fmt.render(report, formats.Options(spans=table)), output)
 
 
 def register(app: typer.Typer) -> None:

@@ -52,13 +52,6 @@ def _remove(path: Path) -> None:
         pass
 
 
-def report_warnings(report: dict) -> list[str]:
-    """The ingest warnings of a report dict (a saved report may lack them)."""
-    ingest = report.get("ingest") if isinstance(report, dict) else None
-    found = ingest.get("warnings") if isinstance(ingest, dict) else None
-    return [str(w) for w in found] if isinstance(found, list) else []
-
-
 def warn(lines: list[str]) -> None:
     """Warnings go to stderr whatever the output format, so `--format json | jq` and `-o` users see them."""
     for line in lines:

@@ -61,7 +61,9 @@ def find_traces(paths: Iterable[Path]) -> list[Path]:
                 p for p in path.iterdir() if _is_trace_name(p) or (_is_parquetdir(p) and not _is_unfinished(p))
             )
             if not inside:
-                raise TraceFormatError(path, "folder holds no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep, *.qdrep)")
+                raise TraceFormatError(
+                    path, "folder holds no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep, *.qdrep)"
+                )
             found.extend(inside)
         else:
             found.append(path)
@@ -83,10 +85,6 @@ def load(
     files = find_traces(paths)
     jobs = [(f, i) for i, f in enumerate(files)]
     done = each_file(jobs, partial(read_file, use_cache=use_cache), workers, on_file)
-    if len(done) > 1 and any(r.format == "nsys" for r in done):
-        from pipebubble.ingest import nsys
-
-        done = nsys.align_clocks(done)
     table = pl.concat([spans_of(r) for r in done], how="vertical") if done else spans.empty()
     return Ingested(table, done)
 
@@ -130,7 +128,17 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
         if use_cache and entry_key is not None and cache.key(path) == entry_key:  # unchanged while read
             cache.put(path, result, entry_key)
     fresh = cache.warnings()[seen:]
-    return replace(result, warnings=[*result.warnings, *fresh]) if fresh else result
+    return _on_clock(replace(result, warnings=[*result.warnings, *fresh]) if fresh else result)
+
+
+def _on_clock(result: FileResult) -> FileResult:
+    """The one clock rule, applied wherever a file is read: Nsight reports move onto UTC by themselves
+    (Kineto and Chrome traces already count on the epoch or their own base)."""
+    if result.format != "nsys":
+        return result
+    from pipebubble.ingest import nsys
+
+    return nsys.to_utc(result)
 
 
 def read_one(path: Path, position: int = 0, pool: Executor | None = None, spill: Path | None = None) -> FileResult:

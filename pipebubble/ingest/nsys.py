@@ -69,32 +69,23 @@ def read(path: Path, cache_dir: Path | None = None) -> FileResult:
     return result
 
 
-def align_clocks(results: list[FileResult]) -> list[FileResult]:
-    """Shift each Nsight report's spans onto one clock, using its session start in UTC.
-
-    A report's timestamps count on its host's own clock; ``TARGET_INFO_SESSION_START_TIME`` pairs that
-    clock (``systemClockNs``) with UTC epoch ns, so ``utc = t + utcEpochNs - systemClockNs``. The earliest
-    report keeps its times; the others move by their offset from it (``meta["clock_offset_ns"]``).
-    Results of other formats are returned as they are.
-    """
-    offsets = [_utc_offset(r.meta) if r.format == "nsys" else None for r in results]
-    known = [o for o in offsets if o is not None]
-    base = min(known, default=0)
-    several = sum(r.format == "nsys" for r in results) > 1
-    out = []
-    for result, offset in zip(results, offsets, strict=True):
-        if offset is None:
-            unaligned = several and result.format == "nsys"
-            note = "no TARGET_INFO_SESSION_START_TIME: clock not aligned with the other reports"
-            out.append(dataclasses.replace(result, warnings=[*result.warnings, note]) if unaligned else result)
-            continue
-        out.append(_shifted(result, offset - base))
-    return out
+def unaligned(results: list[FileResult]) -> list[str]:
+    """Warnings for the Nsight reports of a job of several that could not be put on UTC (``to_utc``): their
+    times count on their own host's clock, so they do not line up with the others."""
+    nsys = [r for r in results if r.format == "nsys"]
+    if len(nsys) < 2:
+        return []
+    return [f"{r.source}: no TARGET_INFO_SESSION_START_TIME: clock not aligned with the other reports"
+            for r in nsys if _utc_offset(r.meta) is None]
 
 
 def to_utc(result: FileResult) -> FileResult:
-    """One report on the UTC clock by itself (``utc = t + utcEpochNs - systemClockNs``), so reports read in
-    separate processes line up without seeing each other. Unchanged when the session start is unknown."""
+    """One report on the UTC clock by itself, the one clock rule for Nsight reports.
+
+    A report's timestamps count on its host's own clock; ``TARGET_INFO_SESSION_START_TIME`` pairs that
+    clock (``systemClockNs``) with UTC epoch ns, so ``utc = t + utcEpochNs - systemClockNs``. Each report
+    moves by itself, so reports read in separate processes line up without seeing each other. Unchanged
+    when the session start is unknown. Results of other formats are returned as they are."""
     offset = _utc_offset(result.meta) if result.format == "nsys" else None
     if not offset:
         return result

@@ -1,43 +1,48 @@
-"""Renderers: a Report in, a string out. They never compute and never print; the CLI writes what they return.
+"""Renderers: a Report (and, for Perfetto, the span table) in, a str or bytes out. They never compute and never
+print; the CLI writes what they return.
 
-``render`` is the one entry point; ``format_from_suffix`` picks the format from an output file's name.
+``render`` is the one entry point for a Report; ``formats`` is the registry it dispatches through (and the
+CLI's ``--format`` choices and ``-o`` suffixes come from). ``format_from_suffix`` is the analyze command's
+suffix lookup, kept for existing callers: ``formats.pick`` is the full rule.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+from typing import Any
 
+from pipebubble.render import formats
 from pipebubble.report import Report
 
-FORMATS = ("text", "json", "markdown", "html")
-SUFFIXES = {".txt": "text", ".json": "json", ".md": "markdown", ".markdown": "markdown", ".html": "html",
-            ".htm": "html"}
+REPORT_COMMANDS = ("analyze", "export")  # the commands whose subject is a Report
+FORMATS = tuple(formats.names("analyze"))
+SUFFIXES = {s: f.name for f in formats.formats_for("analyze") for s in f.suffixes}
 
 
-def render(report: Report, fmt: str, *, width: int | None = None, color: bool = False, step: int | None = None,
-           window: tuple[int, int] | None = None, lanes: bool = False) -> str:
-    """The report as ``fmt`` (text, json, markdown or html).
+def report_formats() -> list[formats.OutputFormat]:
+    """Every format a Report renders to: the analyze command's, then the export command's."""
+    return [f for command in REPORT_COMMANDS for f in formats.formats_for(command)]
 
-    ``width``: columns of the text output and of the Markdown timeline (None: the terminal's, else 100).
-    ``color``: ANSI styles in text. ``step``: zoom the timeline to that step's window; ``window``: to
-    (start, end) ns measured from the timeline's origin (the pipeline window's start). ``lanes``: one
-    timeline row per lane instead of per stage. An unknown ``step`` raises ValueError naming the known ones.
+
+def render(report: Report, fmt: str, *, spans: Any = None, width: int | None = None, color: bool = False,
+           step: int | None = None, window: tuple[int, int] | None = None, lanes: bool = False) -> str | bytes:
+    """The report as ``fmt``: text, json, markdown, html (str) or perfetto (bytes), perfetto-json (str),
+    perfetto-json-gz (bytes).
+
+    ``spans``: the span table, which the Perfetto formats need (ValueError without it). ``width``: columns of the
+    text output and of the Markdown timeline (None: the terminal's, else 100). ``color``: ANSI styles in text.
+    ``step``: zoom the timeline to that step's window; ``window``: to (start, end) ns measured from the
+    timeline's origin (the pipeline window's start). ``lanes``: one timeline row per lane instead of per stage.
+    An unknown ``step`` raises ValueError naming the known ones; so does an unknown ``fmt``.
     """
-    from pipebubble.render import html, json, markdown, terminal
-
-    width = width or shutil.get_terminal_size((100, 24)).columns
-    if fmt == "json":
-        return json.render(report)
-    if fmt == "markdown":
-        return markdown.render(report, width, step=step, window=window, lanes=lanes)
-    if fmt == "html":
-        return html.render(report, step=step, window=window, lanes=lanes)
-    if fmt == "text":
-        return terminal.render(report, width, color=color, step=step, window=window, lanes=lanes)
-    raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    known = {f.name: f for f in report_formats()}
+    if fmt not in known:
+        raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(known)}")
+    options = formats.Options(spans=spans, width=width, color=color, step=step, window=window, lanes=lanes)
+    return known[fmt].render(report, options)
 
 
 def format_from_suffix(path: Path | str) -> str | None:
     """The report format an output file's suffix asks for, or None (e.g. .pftrace is the export command's)."""
-    return SUFFIXES.get(Path(path).suffix.lower())
+    found = formats.from_suffix(path, "analyze")
+    return found.name if found else None

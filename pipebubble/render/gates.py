@@ -1,4 +1,8 @@
-"""Gate and diff results as text, Markdown, JSON, JUnit XML or GitHub Actions annotations. Strings only."""
+"""Gate and diff results as text, Markdown, JSON, JUnit XML or GitHub Actions annotations. Strings only.
+
+Which of these each command offers is in ``formats`` (the registry); ``render_check`` and ``render_diff``
+dispatch through it.
+"""
 
 from __future__ import annotations
 
@@ -38,10 +42,10 @@ def _summary(gates: list[Gate]) -> str:
 
 
 def render_check(gates: list[Gate], fmt: str) -> str:
-    renderers = {"text": check_text, "json": check_json, "junit": check_junit, "github": check_github}
-    if fmt not in renderers:
-        raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(renderers)}")
-    return renderers[fmt](gates)
+    """The gates as ``fmt``, one of ``formats.names("check")``; an unknown one raises ValueError naming them."""
+    from pipebubble.render import formats
+
+    return formats.get("check", fmt).render(gates, formats.Options())
 
 
 def check_text(gates: list[Gate]) -> str:
@@ -88,10 +92,10 @@ def _change(delta: Delta) -> str:
 
 
 def render_diff(result: DiffResult, fmt: str) -> str:
-    renderers = {"text": diff_text, "markdown": diff_markdown, "json": diff_json}
-    if fmt not in renderers:
-        raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(renderers)}")
-    return renderers[fmt](result)
+    """The diff as ``fmt``, one of ``formats.names("diff")``; an unknown one raises ValueError naming them."""
+    from pipebubble.render import formats
+
+    return formats.get("diff", fmt).render(result, formats.Options())
 
 
 def _verdict(result: DiffResult) -> str:

@@ -108,16 +108,22 @@ def _facts(lines: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>"
 
 
+def interference(report: Report) -> list[str]:
+    """The serving facts under their heading (their tables are sections of their own)."""
+    if report.interference is None:
+        return []
+    return ["<h2>Serving: prefill / decode interference</h2>", _facts(sections.interference_facts(report))]
+
+
 def render(report: Report, *, step: int | None = None, window: tuple[int, int] | None = None,
            lanes: bool = False) -> str:
-    body = ["<h1>pipebubble report</h1>", _facts(sections.ingest_lines(report) + sections.header(report))]
-    if report.timeline:
-        body += ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
-    origin = timeline.origin(report)
-    tables = [sections.stage_table(report), sections.wait_table(report, origin), sections.recommendation_table(report)]
-    if report.interference is not None:
-        body += ["<h2>Serving: prefill / decode interference</h2>", _facts(sections.interference_facts(report))]
-        tables += [sections.step_table(report), sections.episode_table(report, origin)]
-    body += [table(t) for t in [*tables, sections.lane_table(report)] if t.rows]
+    """The page, its sections in ``sections.SECTIONS`` order."""
+    drawn = {"facts": lambda: [_facts(sections.ingest_lines(report) + sections.header(report))],
+             "timeline": lambda: ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
+             if report.timeline else [],
+             "interference": lambda: interference(report)}
+    body = ["<h1>pipebubble report</h1>"]
+    for kind, section in sections.walk(report, timeline.origin(report)):
+        body += [table(section)] if section is not None else drawn[kind]()
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>pipebubble report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

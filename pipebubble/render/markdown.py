@@ -26,20 +26,26 @@ def timeline_block(report: Report, width: int, step: int | None, window: tuple[i
     return ["### Timeline", "", "```text", *timeline.plain_lines(grid), "```", "", timeline.legend(grid), ""]
 
 
+def facts(report: Report) -> list[str]:
+    """What was read and the pipeline's header, one list item each."""
+    return [f"- {line}" for line in sections.ingest_lines(report) + sections.header(report)] + [""]
+
+
+def interference(report: Report) -> list[str]:
+    """The serving facts as a list under their heading (their tables are sections of their own)."""
+    if report.interference is None:
+        return []
+    return ["### Serving: prefill / decode interference", "",
+            *(f"- {fact}" for fact in sections.interference_facts(report)), ""]
+
+
 def render(report: Report, width: int = 100, *, step: int | None = None, window: tuple[int, int] | None = None,
            lanes: bool = False) -> str:
+    """The report as one Markdown document, its sections in ``sections.SECTIONS`` order."""
+    drawn = {"facts": lambda: facts(report),
+             "timeline": lambda: timeline_block(report, width, step, window, lanes) if report.timeline else [],
+             "interference": lambda: interference(report)}
     lines = ["## pipebubble report", ""]
-    lines += [f"- {line}" for line in sections.ingest_lines(report) + sections.header(report)]
-    lines.append("")
-    if report.timeline:
-        lines += timeline_block(report, width, step, window, lanes)
-    origin = timeline.origin(report)
-    tables = [sections.stage_table(report), sections.wait_table(report, origin), sections.recommendation_table(report)]
-    if report.interference is not None:
-        lines += ["### Serving: prefill / decode interference", ""]
-        lines += [f"- {fact}" for fact in sections.interference_facts(report)] + [""]
-        tables += [sections.step_table(report), sections.episode_table(report, origin)]
-    for section in [*tables, sections.lane_table(report)]:
-        if section.rows:
-            lines += table(section)
+    for kind, section in sections.walk(report, timeline.origin(report)):
+        lines += table(section) if section is not None else drawn[kind]()
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -5,12 +5,20 @@ Only formatting happens here: every number is read from the Report as it is.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pipebubble.report import Report
 
 TOP_WAITS = 10
+
+# The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
+# this order. "facts" (what was read, then the pipeline's header lines), "timeline" and "interference" (the
+# serving facts) are drawn by each renderer in its own way; the rest are tables (see ``table``).
+SECTIONS = ("facts", "timeline", "stages", "waits", "recommendations", "interference", "steps", "episodes",
+            "lanes")
+DRAWN = frozenset({"facts", "timeline", "interference"})
 
 
 @dataclass(frozen=True)
@@ -174,3 +182,25 @@ def ingest_lines(report: Report, warnings: bool = True) -> list[str]:
     if ing.skipped:
         line += "; not spans: " + ", ".join(f"{k} {v:,}" for k, v in ing.skipped.items())
     return [line] + ([f"warning: {w}" for w in ing.warnings] if warnings else [])
+
+
+def table(report: Report, kind: str, origin_ns: int, *, bar_width: int = 10, lane_limit: int | None = None) -> Table:
+    """The table of section ``kind`` (any of SECTIONS but DRAWN); ``origin_ns``: where `at ms` counts from."""
+    builders = {"stages": lambda: stage_table(report, bar_width), "waits": lambda: wait_table(report, origin_ns),
+                "recommendations": lambda: recommendation_table(report), "steps": lambda: step_table(report),
+                "episodes": lambda: episode_table(report, origin_ns),
+                "lanes": lambda: lane_table(report, lane_limit)}
+    return builders[kind]()
+
+
+def walk(report: Report, origin_ns: int, *, bar_width: int = 10,
+         lane_limit: int | None = None) -> Iterator[tuple[str, Table | None]]:
+    """Each section in SECTIONS order as (kind, table): table is None for a drawn section (the renderer decides
+    whether it has anything to show); a table without rows is left out."""
+    for kind in SECTIONS:
+        if kind in DRAWN:
+            yield kind, None
+            continue
+        section = table(report, kind, origin_ns, bar_width=bar_width, lane_limit=lane_limit)
+        if section.rows:
+            yield kind, section

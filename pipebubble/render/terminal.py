@@ -67,34 +67,32 @@ def header_block(report: Report) -> RenderableType:
     return Group(*(Text(line, style="bold" if i == 0 else "") for i, line in enumerate(lines)))
 
 
-def interference_block(report: Report, width: int) -> list[RenderableType]:
+def facts_block(report: Report) -> list[RenderableType]:
+    """What was read (its warnings go to stderr, not here), then the pipeline's header when there is one."""
+    parts: list[RenderableType] = [Text("\n".join(sections.ingest_lines(report, warnings=False)))]
+    return parts + ([header_block(report)] if report.pipeline is not None else [])
+
+
+def interference_block(report: Report) -> list[RenderableType]:
+    """The serving facts (their tables are sections of their own)."""
     if report.interference is None:
         return []
     facts = [Text("Serving: prefill / decode interference", style="bold")]
-    out: list[RenderableType] = [Group(*facts, *(Text(line) for line in sections.interference_facts(report)))]
-    origin = timeline.origin(report)
-    for section in (sections.step_table(report), sections.episode_table(report, origin)):
-        if section.rows:
-            out.append(table(section, width))
-    return out
+    return [Group(*facts, *(Text(line) for line in sections.interference_facts(report)))]
 
 
 def renderable(report: Report, width: int, *, step: int | None = None, window: tuple[int, int] | None = None,
                lanes: bool = False) -> RenderableType:
-    parts: list[RenderableType] = [Text("\n".join(sections.ingest_lines(report, warnings=False)))]
-    if report.pipeline is not None:
-        parts.append(header_block(report))
-    if report.timeline:
-        parts.append(timeline_block(report, width, step=step, window=window, lanes=lanes))
+    """The sections in ``sections.SECTIONS`` order, a blank line between each two."""
+    drawn = {"facts": lambda: facts_block(report),
+             "timeline": lambda: [timeline_block(report, width, step=step, window=window, lanes=lanes)]
+             if report.timeline else [],
+             "interference": lambda: interference_block(report)}
     bar_width = 10 if width >= NARROW else 5
-    origin = timeline.origin(report)
-    for section in (sections.stage_table(report, bar_width), sections.wait_table(report, origin),
-                    sections.recommendation_table(report)):
-        if section.rows:
-            parts.append(table(section, width))
-    parts += interference_block(report, width)
-    if report.lanes:
-        parts.append(table(sections.lane_table(report, limit=TERMINAL_LANES), width))
+    parts: list[RenderableType] = []
+    for kind, section in sections.walk(report, timeline.origin(report), bar_width=bar_width,
+                                       lane_limit=TERMINAL_LANES):
+        parts += [table(section, width)] if section is not None else drawn[kind]()
     return Group(*_spaced(parts))
 
 

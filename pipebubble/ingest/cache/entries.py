@@ -195,9 +195,6 @@ def get_report(report: str | None) -> dict | None:
         entry = json.loads((directory() / f"{report}.json").read_text())
         if not isinstance(entry, dict) or entry.get("key") != report or not isinstance(entry.get("report"), dict):
             return None
-        from pipebubble.report import Report
-
-        Report.from_dict(entry["report"])  # the shape the CLI will rebuild
     except Exception:
         return None
     return entry["report"]

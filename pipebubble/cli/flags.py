@@ -1,0 +1,100 @@
+"""The flags the commands share, defined once, and the one place they become Options.
+
+A command lists the flags it takes as parameters typed with these aliases; ``options`` lays them over the
+``[stages]`` table of pipebubble.toml (flags win) and builds the analysis ``Options``; ``scale`` says where
+the per-file work runs.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipebubble.options import EXECUTORS, STAGE_BY, Options, Scale, merge
+
+PIPELINE = "Pipeline"
+OUTPUT = "Output"
+SERVING = "LLM serving"
+SCALE = "Scale"
+
+StageBy = Enum("StageBy", {name: name for name in STAGE_BY}, type=str)  # type: ignore[misc]
+Executor = Enum("Executor", {name: name for name in EXECUTORS}, type=str)  # type: ignore[misc]
+
+Paths = Annotated[list[Path], typer.Argument(help="Trace files or folders of per-rank traces.")]
+Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.",
+                                             rich_help_panel=OUTPUT)]
+Config = Annotated[Path | None, typer.Option("--config", help="Settings file (default: pipebubble.toml or "
+                                             "tool.pipebubble in pyproject.toml, searched upward).")]
+StageByOpt = Annotated[StageBy | None, typer.Option(
+    "--stage-by", help="What a stage is (default: rank for a folder of ranks, device for one file of several GPUs).",
+    rich_help_panel=PIPELINE)]
+StageRules = Annotated[list[str] | None, typer.Option(
+    "--stage", help="Stage NAME=REGEX over lane ids (repeat, in order).", rich_help_panel=PIPELINE)]
+PpSize = Annotated[int | None, typer.Option(
+    "--pp-size", help="Pipeline-parallel size when ranks also do TP/DP.", rich_help_panel=PIPELINE)]
+RankOrder = Annotated[str | None, typer.Option(
+    "--rank-order", help="Rank layout for --pp-size: tp-cp-ep-dp-pp (Megatron, the default) or pp-dp-tp.",
+    rich_help_panel=PIPELINE)]
+MicrobatchRegex = Annotated[str | None, typer.Option(
+    "--microbatch-regex", help="Regex with named groups phase (F/B/W), mb and optionally chunk, for custom labels.",
+    rich_help_panel=PIPELINE)]
+WaitThreshold = Annotated[float | None, typer.Option(
+    "--wait-threshold", help="Report idle gaps longer than this fraction of the step (default 0.01).",
+    rich_help_panel=PIPELINE)]
+GpuCost = Annotated[float | None, typer.Option(
+    "--gpu-cost", help="USD per GPU-hour: idle dollars and the price of a useful GPU-hour.",
+    rich_help_panel=PIPELINE)]
+StepRegex = Annotated[str | None, typer.Option(
+    "--step-regex", help="Regex for engine step labels, named groups mode, prefill_tokens, decode_reqs (serving "
+    "traces).", rich_help_panel=SERVING)]
+TbtSlo = Annotated[float | None, typer.Option(
+    "--tbt-slo", help="Time-between-tokens target in ms: the prefill chunk that keeps steps under it.",
+    rich_help_panel=SERVING)]
+ExecutorOpt = Annotated[Executor, typer.Option(
+    "--executor", help="Where files are mapped: local (a process pool) or ray.", rich_help_panel=SCALE)]
+RayAddress = Annotated[str | None, typer.Option(
+    "--ray-address", help="Ray cluster to use with --executor ray (default: start a local one).",
+    rich_help_panel=SCALE)]
+Workers = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="Processes (or Ray CPUs) to use (default: all cores).", rich_help_panel=SCALE)]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span and report caches.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+def options(
+    config: Path | None = None,
+    *,
+    stage_by: Enum | None = None,
+    stage: list[str] | None = None,
+    pp_size: int | None = None,
+    rank_order: str | None = None,
+    microbatch_regex: str | None = None,
+    wait_threshold: float | None = None,
+    gpu_cost: float | None = None,
+    step_regex: str | None = None,
+    tbt_slo: float | None = None,
+) -> Options:
+    """The analysis options: the config file's ``[stages]`` table with the flags that were given on top."""
+    from pipebubble import config as configuration
+
+    flags = {
+        "stage_by": stage_by.value if stage_by is not None else None,
+        "stage": stage,
+        "pp_size": pp_size,
+        "rank_order": rank_order,
+        "microbatch_regex": microbatch_regex,
+        "wait_threshold": wait_threshold,
+        "gpu_cost": gpu_cost,
+        "step_regex": step_regex,
+        "tbt_slo": tbt_slo,
+    }
+    return Options.from_settings(merge(configuration.load(config).stages, **flags))
+
+
+def scale(executor: Enum | str = "local", workers: int | None = None, ray_address: str | None = None,
+          no_cache: bool = False) -> Scale:
+    name = executor.value if isinstance(executor, Enum) else executor
+    return Scale(name, workers, ray_address, use_cache=not no_cache)

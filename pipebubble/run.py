@@ -1,0 +1,73 @@
+"""The one way into an analysis: paths and Options in, a Report out.
+
+Every command (analyze, check, diff, export) and every test enters here, so they all see the same files,
+the same clock and the same numbers. ``run`` finds the traces once, answers from the report cache when
+the traces and options are unchanged, and otherwise maps each file (in this process, a local pool or on
+Ray: ``Scale``) and reduces the parts. A saved JSON report (``analyze --format json -o``) is read back as
+the Report it was. ``spans`` gives the span table on the same clock, for the export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipebubble.options import Options, Scale
+from pipebubble.report import Report, is_saved_report, read_saved_report
+
+if TYPE_CHECKING:  # the cached path never loads polars
+    import polars as pl
+
+    from pipebubble.ingest.base import FileResult
+
+OnFile = Callable[[str], None]
+
+
+def run(paths: list[Path], options: Options = Options(), scale: Scale = Scale(), on_file: OnFile | None = None
+        ) -> Report:
+    """The report of the traces under ``paths`` (or of one saved JSON report)."""
+    from pipebubble.ingest import cache, find_traces
+
+    if len(paths) == 1 and is_saved_report(paths[0]):
+        return read_saved_report(paths[0])
+    files = find_traces(paths)
+    key = cache.report_key(files, options.settings()) if scale.use_cache else None
+    cached = _rebuilt(cache.get_report(key))
+    if cached is not None:
+        return cached
+    from pipebubble import mapreduce
+
+    report = mapreduce.execute(files, replace(options, files=len(files)), scale, on_file)
+    cache.put_report(key, report.to_dict())
+    return report
+
+
+def _rebuilt(cached: dict | None) -> Report | None:
+    """A cached report as a Report; None when it is absent or of a shape this version cannot rebuild (it is
+    then computed afresh: a cache problem never fails an analysis)."""
+    if cached is None:
+        return None
+    try:
+        return Report.from_dict(cached)
+    except Exception:  # noqa: BLE001 - any damage to a cache entry means "recompute"
+        return None
+
+
+def of_results(results: list[FileResult], options: Options = Options()) -> Report:
+    """The report of files already read (e.g. span tables built in memory): the same map and reduce."""
+    from pipebubble import mapreduce
+
+    ranks = [r.spans["rank"].max() for r in results if r.spans.height]
+    known = [int(rank) for rank in ranks if rank is not None]
+    world = max(known) + 1 if known else None
+    options = replace(options, world=options.world or world, files=len(results))
+    return mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options)
+
+
+def spans(paths: list[Path], scale: Scale = Scale(), on_file: OnFile | None = None) -> pl.DataFrame:
+    """Every span under ``paths``, on the clock the report's times use."""
+    from pipebubble.ingest import load
+
+    return load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file).spans
