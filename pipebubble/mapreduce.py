@@ -19,12 +19,13 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from pipebubble.analysis.interference import interference
-from pipebubble.analysis.lanes import lane_table, sort_lanes
-from pipebubble.analysis.pipeline_report import StagePart, reduce_stages, stage_part
+from pipebubble.analysis.lanes import sort_lanes
+from pipebubble.analysis.pipeline_report import reduce_stages
+from pipebubble.analysis.registry import lanes_part, serving_part, stages_part
+from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import EXECUTORS, Options, Scale
-from pipebubble.report import IngestSummary, Lane, Report, Segment
+from pipebubble.report import IngestSummary, Interference, Lane, Report, Segment
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class FilePart:
     file: FileResult
     lanes: pl.DataFrame
     stages: StagePart | None
-    serving: dict | None
+    serving: Interference | None
     segments: list[Segment]
 
 
@@ -43,12 +44,8 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     if result.meta.get("spill"):
         return _map_spilled(result, options)
     spans = result.spans
-    world = options.world or result.meta.get("world_size")
-    groups = result.meta.get("pg_config")
-    part = stage_part(spans, options.pipeline, world, options.files == 1, groups) if spans.height else None
-    serving, segments = interference(
-        spans, step_regex=options.serving.step_regex, tbt_slo_ms=options.serving.tbt_slo_ms
-    )
+    part = stages_part(spans, options, result.meta)
+    serving, segments = serving_part(spans, options, result.meta)
     account = FileResult(
         result.source,
         spans.clear(),
@@ -58,7 +55,7 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(account, lane_table(spans), part, serving, segments)
+    return FilePart(account, lanes_part(spans, options), part, serving, segments)
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
@@ -67,7 +64,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     is one of several ranks, or when its annotations carry engine step labels."""
     from pipebubble import spans
     from pipebubble.analysis.lanes import lane_table_windowed
-    from pipebubble.analysis.pipeline_report import one_stage
+    from pipebubble.analysis.stage_part import one_stage
 
     folder = Path(result.meta["spill"])
     if not any(folder.glob("*.parquet")):  # no span was written: exactly the in-memory path's empty table
@@ -76,7 +73,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     scan = pl.scan_parquet(folder / "*.parquet")
     lanes = lane_table_windowed(scan)
     labels = scan.filter(pl.col("kind") == "annotation").collect()
-    steps, _ = interference(labels, step_regex=options.serving.step_regex)
+    steps, _ = serving_part(labels, options)
     lone = options.files == 1 and one_stage(scan)
     if lone and steps is None:
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [])
@@ -105,7 +102,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         )
     lanes = sort_lanes(pl.concat([p.lanes for p in parts], how="vertical_relaxed"))
     section = reduce_stages([p.stages for p in parts if p.stages is not None], options.pipeline)
-    serving = max(parts, key=lambda p: (p.serving or {}).get("steps", 0))
+    serving = max(parts, key=lambda p: (p.serving.steps or 0) if p.serving else 0)
     return Report(
         ingest=summary,
         lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
@@ -225,7 +222,7 @@ def encode(part: FilePart) -> bytes:
         },
         "lanes": _ipc(part.lanes),
         "stages": stages,
-        "serving": part.serving,
+        "serving": None if part.serving is None else part.serving.to_dict(),
         "segments": [asdict(s) for s in part.segments],
     }
     return msgspec.msgpack.encode(envelope, enc_hook=str)
@@ -251,7 +248,8 @@ def decode(blob: bytes) -> FilePart:
         )
     )
     segments = [Segment(**seg) for seg in env["segments"]]
-    return FilePart(account, _frame(env["lanes"]), stages, env["serving"], segments)
+    serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
+    return FilePart(account, _frame(env["lanes"]), stages, serving, segments)
 
 
 def _tuple(value):

@@ -12,8 +12,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from pipebubble.analysis.whatif import Recommendation  # noqa: F401  (part of the report)
 from pipebubble.errors import PipebubbleError
+from pipebubble.report_serving import Episode, Interference, StepClass, ms4
+
+__all__ = ["Episode", "Interference", "StepClass", "ms4"]  # the serving part, re-exported: one place to import
 
 SCHEMA_VERSION = 1
 SNIFF_BYTES = 256  # a saved report starts with schema_version (Kineto's key is schemaVersion)
@@ -115,6 +117,25 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class Recommendation:
+    """A predicted step under one change (``analysis/whatif.py`` replays it); ``speedup`` = current step time
+    / predicted step time. Defined here, not in the analysis, because the report holds it: the report is the
+    lower layer, and the analysis builds it."""
+
+    label: str
+    schedule: str
+    microbatches: int
+    chunks: int
+    step_time_ns: int
+    bubble_fraction: float
+    speedup: float
+    note: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class Pipeline:
     stages: int
     microbatches: int | None
@@ -147,9 +168,14 @@ class Report:
     stages: list[Stage] = field(default_factory=list)
     pipeline: Pipeline | None = None
     waits: list[Wait] = field(default_factory=list)
-    interference: dict[str, Any] | None = None
+    interference: Interference | None = None
     timeline: list[Segment] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        """A serving section given in its JSON form (a hand-built report) becomes the typed one."""
+        if isinstance(self.interference, dict):
+            object.__setattr__(self, "interference", Interference.from_dict(self.interference))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
@@ -160,6 +186,7 @@ class Report:
         values (lists, not tuples), so it equals what a saved report reads back as."""
         body = asdict(self)
         version = body.pop("schema_version")
+        body["interference"] = None if self.interference is None else self.interference.to_dict()
         return json.loads(json.dumps({"schema_version": version, **body}))
 
 
@@ -168,6 +195,8 @@ def from_dict(cls: type, data: Any) -> Any:
     JSON report or a cached one. Keys the dataclass does not know (added by later versions) are ignored."""
     if data is None or not is_dataclass(cls):
         return data
+    if cls is Interference:  # its JSON keys are not its fields (ms and ns twins)
+        return Interference.from_dict(data)
     hints = _hints(cls)
     return cls(**{k: _value(hints[k], v) for k, v in data.items() if k in hints})
 

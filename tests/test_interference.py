@@ -3,20 +3,28 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from pipebubble.analysis.interference import interference
+from pipebubble.analysis.interference import interference as analyse
 from pipebubble.analysis.steps_inferred import infer_steps
 from pipebubble.analysis.steps_llm import find_steps
 from pipebubble.ingest import load
+from pipebubble.report import Interference, Report
 from pipebubble.spans import conform, empty
 from tests.conftest import ROOT, shared
 
 MS = 1_000_000
 LANE = "rank0/pid1/tid1"
+
+
+def interference(spans: pl.DataFrame, **options) -> tuple[dict | None, list]:
+    """The section as the JSON report writes it (its public form), and the timeline segments."""
+    section, segments = analyse(spans, **options)
+    return (None if section is None else section.to_dict()), segments
 
 
 def labels(names_ms: list[tuple[str, float]], gap_ms: float = 1.0, lane: str = LANE) -> pl.DataFrame:
@@ -264,3 +272,34 @@ def test_sglang_trace_holds_no_decode_step():
     assert report["iterations"] == {"prefill": 1, "decode": 0, "mixed": 0, "idle": 0}
     assert report["step_ms"]["prefill"]["p50"] == pytest.approx(28.94, abs=0.01)
     assert [(s.stage, s.phase) for s in segments] == [(9, "prefill")]
+
+
+@pytest.mark.parametrize("folder", ["serve", "serve_chunked_prefill"])
+def test_json_keeps_every_key_it_had(folder):
+    """The JSON section is public: every key and value the dict-shaped section had (saved before the section
+    became typed) is still there, unchanged; new keys (the ``_ns`` twins) are allowed."""
+    from pipebubble.options import Scale
+    from pipebubble.run import run
+
+    expected = json.loads((ROOT / "tests" / "golden" / f"interference_{folder}.json").read_text())
+    got = run([ROOT / "sample_traces" / folder], scale=Scale(use_cache=False, workers=1)).to_dict()["interference"]
+    assert {k: got[k] for k in expected} == expected
+    assert got["tbt_ns"]["p50"] == pytest.approx(expected["tbt_ms"]["p50"] * MS, abs=50)
+
+
+def test_typed_section_is_in_ns_and_round_trips():
+    section, _ = analyse(labels(SEQUENCE))
+    decode = next(c for c in section.classes if c.name == "decode")
+    assert decode.steps == 3 and decode.durations_ns["p50"] == 3 * MS
+    assert section.tbt_ns["p50"] == 6.5 * MS
+    assert Interference.from_dict(section.to_dict()) == section
+    report = Report(interference=section)
+    assert Report.from_dict(report.to_dict()).to_dict() == report.to_dict()
+
+
+def test_an_older_section_in_ms_reads_back_and_writes_as_it_was():
+    """A report saved before the ``_ns`` keys existed (the golden file is one) round-trips unchanged."""
+    older = json.loads((ROOT / "tests" / "golden" / "interference_serve.json").read_text())
+    section = Interference.from_dict(older)
+    assert section.to_dict() == older
+    assert section.tbt_ns["p50"] == pytest.approx(older["tbt_ms"]["p50"] * MS)

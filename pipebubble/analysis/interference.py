@@ -22,18 +22,15 @@ import polars as pl
 
 from pipebubble.analysis.steps_inferred import infer_steps
 from pipebubble.analysis.steps_llm import CLASSES, attach_gpu, find_steps
-from pipebubble.report import Segment
+from pipebubble.report import Episode, Interference, Segment, StepClass
 
 STALL_FACTOR = 3.0
 WORST = 5
 _Q = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
 
-def _ms(ns: float | None) -> float | None:
-    return None if ns is None else round(ns / 1e6, 4)
-
-
 def _ratio(num: float | None, den: float | None) -> float | None:
+    """A ratio as the JSON report has always written it: 4 decimals."""
     return round(num / den, 4) if num is not None and den else None
 
 
@@ -41,13 +38,19 @@ def _median(frame: pl.DataFrame, col: str) -> float | None:
     return frame[col].median() if frame.height else None
 
 
-def _step_ms(steps: pl.DataFrame) -> dict:
-    """{class: {p50, p90, p99}} of step durations in ms, for the classes present."""
-    out = {}
+def _classes(steps: pl.DataFrame) -> list[StepClass]:
+    """Every step class (``CLASSES`` order): its count, duration quantiles (ns; None when none ran) and
+    the median span from its first to last launched GPU instant (the engine's CPU range may close before its
+    GPU work ends when nothing synchronises inside it)."""
+    gpu = None
+    if "gpu_start" in steps.columns and not steps["gpu_start"].is_null().all():
+        gpu = steps.filter(pl.col("gpu_start").is_not_null()).with_columns(g=pl.col("gpu_end") - pl.col("gpu_start"))
+    out = []
     for cls in CLASSES:
         dur = steps.filter(pl.col("cls") == cls)["dur"]
-        if dur.len():
-            out[cls] = {k: _ms(dur.quantile(q, interpolation="linear")) for k, q in _Q}
+        quantiles = {k: dur.quantile(q, interpolation="linear") for k, q in _Q} if dur.len() else None
+        ran = gpu.filter(pl.col("cls") == cls)["g"] if gpu is not None else None
+        out.append(StepClass(cls, dur.len(), quantiles, ran.median() if ran is not None and ran.len() else None))
     return out
 
 
@@ -109,25 +112,24 @@ def _gpu_idle(steps: pl.DataFrame) -> int | None:
     return int(ran.select(gap.clip(lower_bound=0).sum()).item() or 0)
 
 
-def _episodes(tbt: pl.DataFrame, base: float | None) -> list[dict]:
+def _episodes(tbt: pl.DataFrame, base: float | None) -> list[Episode]:
     """The worst TBT intervals that held prompt work, slowest first."""
     if not base:
         return []
     worst = tbt.filter(pl.col("prefill_steps") > 0).sort("dur", descending=True).head(WORST)
-    return [{"start_ns": r["start"], "dur_ns": r["dur"],
-             "class": r["cls"] if r["cls"] == "mixed" else "prefill",
-             "prefill_tokens": r["prefill_tokens"], "decode_requests": r["decode_reqs"],
-             "slowdown": round(r["dur"] / base, 4)} for r in worst.iter_rows(named=True)]
+    return [Episode(r["start"], r["dur"], r["cls"] if r["cls"] == "mixed" else "prefill", r["prefill_tokens"],
+                    r["decode_reqs"], round(r["dur"] / base, 4)) for r in worst.iter_rows(named=True)]
 
 
 def _tbt_section(steps: pl.DataFrame) -> dict:
+    """The time-between-tokens fields of ``Interference``."""
     tbt = tbt_intervals(steps)
     pure = tbt.filter(pl.col("prefill_steps") == 0)
     hit = tbt.filter(pl.col("prefill_steps") > 0)
     median = _median(tbt, "dur")
     stalls = tbt.filter(pl.col("dur") > STALL_FACTOR * median).height if median else 0
     return {
-        "tbt_ms": {"p50": _ms(median), "p99": _ms(tbt["dur"].quantile(0.99)) if tbt.height else None},
+        "tbt_ns": {"p50": median, "p99": tbt["dur"].quantile(0.99) if tbt.height else None},
         "tbt_intervals": tbt.height,
         "generation_stalls": stalls,
         "decode_slowdown_when_prefill": _ratio(_median(hit, "dur"), _median(pure, "dur")),
@@ -146,51 +148,39 @@ def _segments(steps: pl.DataFrame) -> list[Segment]:
                     phase=r["cls"], step=r["step"], lane=r["lane"]) for r in rows]
 
 
-def _gpu_ms(steps: pl.DataFrame) -> dict | None:
-    """{class: p50 ms} from a step's first to last launched GPU instant (the engine's CPU range may close
-    before its GPU work ends when nothing synchronises inside it)."""
-    if "gpu_start" not in steps.columns or steps["gpu_start"].is_null().all():
-        return None
-    ran = steps.filter(pl.col("gpu_start").is_not_null()).with_columns(g=pl.col("gpu_end") - pl.col("gpu_start"))
-    return {c: _ms(ran.filter(pl.col("cls") == c)["g"].median()) for c in CLASSES if (ran["cls"] == c).any()}
-
-
 def _source(steps: pl.DataFrame) -> str:
     return "+".join(s if s == "inferred" else f"labels:{s}" for s in sorted(steps["source_label"].unique().to_list()))
 
 
-def summarize(steps: pl.DataFrame, tbt_slo_ms: float | None = None) -> dict:
+def summarize(steps: pl.DataFrame, tbt_slo_ms: float | None = None) -> Interference:
     """The report section for steps from ``find_steps`` (with ``attach_gpu`` columns where available)."""
     steps = steps.with_columns(dur=pl.col("end") - pl.col("start"))
-    counts = {c: steps.filter(pl.col("cls") == c).height for c in CLASSES}
     decode_med = _median(steps.filter(pl.col("cls") == "decode"), "dur")
     busy = steps.filter(pl.col("cls") != "idle")["dur"]
     fit = _fit(steps)
     decodes = steps.filter(pl.col("decode_reqs").fill_null(0) > 0)["decode_reqs"].median()
     gaps = steps.sort("lane", "start").select(
         (pl.col("start") - pl.col("end").shift(1).over("lane")).alias("gap")).drop_nulls()["gap"]
-    return {
-        "steps": steps.height,
-        "iterations": counts,
-        "source": _source(steps),
-        "step_ms": _step_ms(steps),
-        "decode_slowdown_when_mixed": _ratio(_median(steps.filter(pl.col("cls") == "mixed"), "dur"), decode_med),
+    return Interference(
+        steps=steps.height,
+        classes=_classes(steps),
+        source=_source(steps),
+        decode_slowdown_when_mixed=_ratio(_median(steps.filter(pl.col("cls") == "mixed"), "dur"), decode_med),
         **_tbt_section(steps),
-        "ms_per_1k_prefill_tokens": _ms(fit[1] * 1000) if fit else None,
-        "ms_per_decode_request": _ms(fit[2]) if fit else None,
-        "step_fit_intercept_ms": _ms(fit[0]) if fit else None,
-        "chunk_for_slo_tokens": _chunk_for_slo(fit, decodes, tbt_slo_ms),
-        "tbt_slo_ms": tbt_slo_ms,
-        "step_cv": round(busy.std() / busy.mean(), 4) if busy.len() > 1 and busy.mean() else None,
-        "host_gap_ms": {"p50": _ms(gaps.median()), "p99": _ms(gaps.quantile(0.99))} if gaps.len() else None,
-        "gpu_idle_between_steps_ns": _gpu_idle(steps),
-        "gpu_step_ms": _gpu_ms(steps),
-        "engine_threads": steps["lane"].n_unique(),
-    }
+        ns_per_1k_prefill_tokens=fit[1] * 1000 if fit else None,
+        ns_per_decode_request=fit[2] if fit else None,
+        step_fit_intercept_ns=fit[0] if fit else None,
+        chunk_for_slo_tokens=_chunk_for_slo(fit, decodes, tbt_slo_ms),
+        tbt_slo_ms=tbt_slo_ms,
+        step_cv=round(busy.std() / busy.mean(), 4) if busy.len() > 1 and busy.mean() else None,
+        host_gap_ns={"p50": gaps.median(), "p99": gaps.quantile(0.99)} if gaps.len() else None,
+        gpu_idle_between_steps_ns=_gpu_idle(steps),
+        engine_threads=steps["lane"].n_unique(),
+    )
 
 
 def interference(spans: pl.DataFrame, *, step_regex: str | None = None,
-                 tbt_slo_ms: float | None = None) -> tuple[dict | None, list[Segment]]:
+                 tbt_slo_ms: float | None = None) -> tuple[Interference | None, list[Segment]]:
     """The ``interference`` report section and per-step timeline segments; (None, []) without engine steps.
     Without step labels (and without ``step_regex``), steps are inferred (``steps_inferred``)."""
     steps = find_steps(spans, step_regex)

@@ -43,3 +43,19 @@ def gaps(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         .filter(pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start")))
         .select(*by, start=pl.col("gap_start"), end=pl.col("start"))
     )
+
+
+def top_level(frame: pl.DataFrame, by: str = "lane", *, keep_overhanging: bool = False) -> pl.DataFrame:
+    """The top-level spans of each ``by`` group (a CPU thread's operators, not the calls nested inside them),
+    ordered by group, start, and longest first at equal starts.
+
+    A span is top-level when it starts at or after the end of every span before it. With
+    ``keep_overhanging``, a span that starts inside an earlier one but ends after it is kept too: a CPU
+    stage's work (``work._cpu_work``) wants every stretch of work no other span covers, while a launch's
+    context (``labels._launch_context``) wants disjoint operators to look the launch up in. Lanes need
+    neither: their busy time is a union, so nesting never counts twice.
+    """
+    ordered = frame.sort(by, "start", pl.col("end"), descending=[False, False, True])
+    reach = pl.col("end").cum_max().shift(1).over(by)
+    top = (pl.col("start") >= reach).fill_null(True)
+    return ordered.filter(top | (pl.col("end") > reach) if keep_overhanging else top)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import union_stats
+from pipebubble.analysis.kinds import CPU_WORK
 from pipebubble.spans import GPU_WORK
 
-CPU_WORK = ("cpu_op", "runtime", "sync", "comm")
 LANE_COLUMNS = [
     "lane",
     "kind",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.kinds import HOST_CALLS
 from pipebubble.report import Wait
 
 PASS_LETTER = {"forward": "F", "backward": "B", "weight": "W"}
@@ -115,7 +116,7 @@ def _cause(gap: dict, passes: pl.DataFrame, comm: pl.DataFrame, host: pl.DataFra
         return "sync"
     if _covered(comm.filter(pl.col("stage") == stage), start, end) >= 0.5 * (end - start):
         return "comm"
-    work = host.filter((pl.col("stage") == stage) & pl.col("kind").is_in(["cpu_op", "runtime"]))
+    work = host.filter((pl.col("stage") == stage) & pl.col("kind").is_in(HOST_CALLS))
     if gpu and _covered(merge(work, ["stage"]), start, end) >= 0.5 * (end - start):
         return "host"
     return "unknown"

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from pipebubble.analysis.schedules import Action, Schedule, make_schedule, validate
 from pipebubble.errors import StageSpecError
+from pipebubble.report import Recommendation
 
 Grid = tuple[tuple[int, ...], ...]
 
@@ -204,23 +205,6 @@ SAME_BATCH_NOTE = (
 CHUNK_NOTE = "each stage's model split into v equal chunks; extra p2p hops cost p2p_ns each"
 ZB_NOTE = "W not measured: backward assumed to split into equal input- and weight-gradient halves"
 REBALANCE_NOTE = "layers moved from slow to fast stages until every stage does the mean total work"
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """A predicted step under one change; ``speedup`` = current step time / predicted step time."""
-
-    label: str
-    schedule: str
-    microbatches: int
-    chunks: int
-    step_time_ns: int
-    bubble_fraction: float
-    speedup: float
-    note: str = ""
-
-    def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
 
 
 def what_if(

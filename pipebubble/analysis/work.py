@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble import stages as st
-from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.intervals import merge, top_level
+from pipebubble.analysis.kinds import BACKWARD_NAMES, CPU_WORK, is_comm
+from pipebubble.analysis.labels import attribute, labels
 from pipebubble.spans import GPU_WORK
 
 WORK_COLUMNS = ["stage", "lane", "role", "start", "end", "phase", "microbatch", "chunk", "step"]
@@ -23,18 +24,18 @@ OTHER_RANGES = r"^Optimizer\.|zero_grad|^ProfilerStep#"
 def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, dict]:
     """Work spans of every stage (``WORK_COLUMNS``) and facts about how they were labelled."""
     staged = spans.filter(pl.col("stage").is_not_null())
-    found, pattern = st.labels(staged, microbatch_regex)
+    found, pattern = labels(staged, microbatch_regex)
     gpu_stages = set(staged.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))["stage"])
     gpu = staged.filter(
         pl.col("stage").is_in(list(gpu_stages)) & pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
     )
     cpu = _cpu_work(staged.filter(~pl.col("stage").is_in(list(gpu_stages))), found)
     work = pl.concat([gpu, cpu], how="vertical").with_columns(
-        role=pl.when((pl.col("kind") == "comm") | pl.col("name").str.contains(st.COMM_NAMES))
+        role=pl.when(is_comm())
         .then(pl.lit("comm"))
         .otherwise(pl.lit("compute"))
     )
-    work = st.attribute(work, spans, found)
+    work = attribute(work, spans, found)
     inferred = pattern is None
     work = infer_microbatches(work, spans) if inferred else _steps(work, spans)
     facts = {"pattern": pattern, "inferred": inferred, "mode": "gpu" if gpu_stages else "cpu"}
@@ -44,7 +45,7 @@ def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tupl
 
 def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
     """Top-level work of each stage's main thread."""
-    ops = staged.filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "sync", "comm"]))
+    ops = staged.filter(pl.col("device").is_null() & pl.col("kind").is_in(CPU_WORK))
     if ops.is_empty():
         return ops
     labelled = found.group_by("lane").len().rename({"len": "labels"})
@@ -56,12 +57,9 @@ def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
         .unique("stage", keep="first")
     )
     ops = ops.join(main.select("lane"), on="lane")
-    is_comm = (pl.col("kind") == "comm") | pl.col("name").str.contains(st.COMM_NAMES)
     # Top level among compute only: communication ranges (gloo's are asynchronous) overlap compute freely.
-    compute = ops.filter(~is_comm).sort("lane", "start", pl.col("end"), descending=[False, False, True])
-    reach = pl.col("end").cum_max().shift(1).over("lane")
-    top = compute.filter((pl.col("start") >= reach).fill_null(True) | (pl.col("end") > reach))
-    return pl.concat([top, ops.filter(is_comm)])
+    top = top_level(ops.filter(~is_comm()), keep_overhanging=True)
+    return pl.concat([top, ops.filter(is_comm())])
 
 
 def infer_microbatches(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
@@ -74,7 +72,7 @@ def infer_microbatches(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     breaks = (pl.col("role") == "comm") | pl.col("other") | (pl.col("step") != pl.col("step").shift(1))
     ordered = ordered.with_columns(burst=breaks.fill_null(True).cast(pl.Int32).cum_sum().over("stage"))
     is_pass = (pl.col("role") == "compute") & ~pl.col("other")
-    back = pl.col("context").fill_null(pl.col("name")).str.contains(st.BACKWARD_NAMES) & is_pass
+    back = pl.col("context").fill_null(pl.col("name")).str.contains(BACKWARD_NAMES) & is_pass
     first_back = pl.col("start").filter(back).min().over("stage", "burst")
     guess = (
         pl.when(~is_pass)

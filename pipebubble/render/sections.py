@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipebubble.report import Report
+from pipebubble.report import Report, ms4
 
 TOP_WAITS = 10
 
@@ -123,37 +123,41 @@ def footnotes(section: Table) -> list[str]:
 
 
 def interference_facts(report: Report) -> list[str]:
-    """Serving: one line per fact present in the interference dict; missing keys are left out."""
-    it = report.interference or {}
+    """Serving: one line per fact the interference section holds; facts it lacks are left out. Times are the
+    ms the JSON report writes (``ms4``), so every format shows the same digits."""
+    it = report.interference
+    if it is None:
+        return []
     facts = []
-    if "iterations" in it:
-        counts = ", ".join(f"{k} {v}" for k, v in it["iterations"].items())
-        facts.append(f"steps: {it.get('steps', '-')} ({counts})" + (f", from {it['source']}" if "source" in it
-                                                                      else ""))
-    simple = [("decode_slowdown_when_mixed", "decode slowdown when mixed with prefill", "x"),
-              ("generation_stalls", "generation stalls", ""), ("ms_per_1k_prefill_tokens",
-                                                               "ms per 1k prefill tokens", ""),
-              ("chunk_for_slo_tokens", "prefill chunk that meets the TBT SLO", " tokens"),
-              ("tbt_slo_ms", "TBT SLO", " ms"), ("step_cv", "step time CV", "")]
-    facts += [f"{text}: {num(it[key])}{unit}" for key, text, unit in simple if it.get(key) is not None]
-    if isinstance(it.get("tbt_ms"), dict):
-        facts.append("time between tokens: " + ", ".join(f"{k} {num(v)} ms" for k, v in it["tbt_ms"].items()))
-    if it.get("gpu_idle_between_steps_ns") is not None:
-        facts.append(f"GPU idle between steps: {ms(it['gpu_idle_between_steps_ns'])} ms")
+    if it.classes:
+        counts = ", ".join(f"{c.name} {c.steps}" for c in it.classes)
+        facts.append(f"steps: {'-' if it.steps is None else it.steps} ({counts})"
+                     + (f", from {it.source}" if it.source is not None else ""))
+    simple = [(it.decode_slowdown_when_mixed, "decode slowdown when mixed with prefill", "x"),
+              (it.generation_stalls, "generation stalls", ""),
+              (ms4(it.ns_per_1k_prefill_tokens), "ms per 1k prefill tokens", ""),
+              (it.chunk_for_slo_tokens, "prefill chunk that meets the TBT SLO", " tokens"),
+              (it.tbt_slo_ms, "TBT SLO", " ms"), (it.step_cv, "step time CV", "")]
+    facts += [f"{text}: {num(value)}{unit}" for value, text, unit in simple if value is not None]
+    if it.tbt_ns is not None:
+        facts.append("time between tokens: " + ", ".join(f"{k} {num(ms4(v))} ms" for k, v in it.tbt_ns.items()))
+    if it.gpu_idle_between_steps_ns is not None:
+        facts.append(f"GPU idle between steps: {ms(it.gpu_idle_between_steps_ns)} ms")
     return facts
 
 
 def step_table(report: Report) -> Table:
-    step_ms = (report.interference or {}).get("step_ms") or {}
-    qs = sorted({q for v in step_ms.values() for q in v})
-    rows = [[cls] + [num(v.get(q)) for q in qs] for cls, v in step_ms.items()]
+    classes = report.interference.classes if report.interference else []
+    step_ns = {c.name: c.durations_ns for c in classes if c.durations_ns is not None}
+    qs = sorted({q for v in step_ns.values() for q in v})
+    rows = [[cls] + [num(ms4(v.get(q))) for q in qs] for cls, v in step_ns.items()]
     return Table("Step time by class (ms)", ["class", *qs], rows, frozenset(range(1, len(qs) + 1)))
 
 
 def episode_table(report: Report, origin_ns: int) -> Table:
-    eps = (report.interference or {}).get("worst_episodes") or []
-    rows = [[ms(e["start_ns"] - origin_ns) if "start_ns" in e else "-", ms(e.get("dur_ns")), str(e.get("class", "-")),
-             num(e.get("prefill_tokens")), num(e.get("decode_requests")), _times(e.get("slowdown"))] for e in eps]
+    eps = report.interference.worst_episodes if report.interference else []
+    rows = [[ms(e.start_ns - origin_ns) if e.start_ns is not None else "-", ms(e.dur_ns), e.cls or "-",
+             num(e.prefill_tokens), num(e.decode_requests), _times(e.slowdown)] for e in eps]
     return Table("Worst interference episodes", ["at ms", "ms", "class", "prefill tokens", "decode reqs",
                                                  "slowdown"], rows, frozenset({0, 1, 3, 4, 5}))
 

@@ -1,0 +1,57 @@
+"""The map side of the pipeline analysis: what one trace file contributes (its stages' labelled work and
+host activity), computed where the file lies and reduced with the other files' by ``pipeline_report``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.kinds import HOST_WORK
+from pipebubble.analysis.stages import assign
+from pipebubble.analysis.work import stage_work
+from pipebubble.options import PipelineOptions
+
+
+@dataclass(frozen=True)
+class StagePart:
+    """What one trace file contributes to the pipeline analysis (the map side): its stages' labelled work,
+    their host activity (merged), the stages' names with sort keys, and how passes were labelled."""
+
+    names: list[str]
+    order: list[tuple]
+    work: pl.DataFrame  # WORK_COLUMNS; ``stage`` indexes ``names``
+    host: pl.DataFrame  # stage, kind, start, end: merged CPU activity per stage and kind
+    facts: dict
+    pipeline: int | None = None  # the pipeline group (its lowest rank), when stages came from one
+
+
+def stage_part(
+    spans: pl.DataFrame,
+    options: PipelineOptions,
+    world: int | None = None,
+    alone: bool = False,
+    groups: list | None = None,
+) -> StagePart | None:
+    """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
+    is ``alone`` (the whole job) and holds a single stage: no pipeline, so no work to label."""
+    if alone and not options.stages.rules and one_stage(spans):
+        return None
+    mapped = assign(spans, options.stages, world, groups)
+    stages = mapped.spans["stage"].drop_nulls()
+    if stages.is_empty() or (alone and stages.n_unique() < 2):
+        return None
+    work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
+    cpu = mapped.spans.filter(
+        pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK)
+    )
+    return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
+
+
+def one_stage(spans: pl.DataFrame | pl.LazyFrame) -> bool:
+    """One rank and at most one GPU: whatever the stage rule, a single stage (cheap to tell, unlike assigning)."""
+    lazy = spans.lazy()
+    ranks = lazy.select(pl.col("rank").n_unique()).collect().item()
+    gpus = lazy.filter(pl.col("device").is_not_null()).select(pl.struct("pid", "device").n_unique()).collect().item()
+    return ranks <= 1 and gpus <= 1

@@ -1,0 +1,58 @@
+"""Every registered analysis on the degenerate inputs (an empty span table, one kernel, one CPU operator, one
+annotation): each returns its documented empty or valid part and never raises (as pyinstrument runs every
+processor on an empty frame tree, test/test_processors.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from pipebubble import spans
+from pipebubble.analysis.lanes import LANE_COLUMNS
+from pipebubble.analysis.pipeline_report import PipelineSection, StagePart, reduce_stages
+from pipebubble.analysis.registry import ANALYSES
+from pipebubble.analysis.work import WORK_COLUMNS
+from pipebubble.options import Options
+
+
+def one_span(kind: str, device: int | None) -> pl.DataFrame:
+    return spans.conform(pl.DataFrame({"source": ["t"], "rank": [0], "pid": [None if device is not None else 7],
+                                       "tid": [1], "device": [device], "stream": [7 if device is not None else None],
+                                       "lane": ["rank0/gpu0" if device is not None else "rank0/pid7/tid1"],
+                                       "kind": [kind], "name": ["x"], "start": [100], "end": [250]}))
+
+
+TABLES = {"empty": spans.empty, "one-kernel": lambda: one_span("kernel", 0),
+          "one-cpu-op": lambda: one_span("cpu_op", None), "one-annotation": lambda: one_span("annotation", None)}
+LANES = {"empty": 0, "one-kernel": 2, "one-cpu-op": 1, "one-annotation": 0}  # a kernel: its device and stream
+
+
+def check(name: str, part, table: str, options: Options) -> None:
+    """The documented part of each analysis for a table with nothing to analyse beyond lanes."""
+    if name == "lanes":
+        assert isinstance(part, pl.DataFrame) and part.columns == LANE_COLUMNS and part.height == LANES[table]
+    elif name == "stages":
+        if options.files == 1 or table == "empty":
+            assert part is None  # the whole job, one rank and at most one GPU: no pipeline
+        else:  # one file of a job of unknown size: its one stage's work, which reduces to no pipeline
+            assert isinstance(part, StagePart) and part.work.columns == WORK_COLUMNS and part.work.height <= 1
+            assert reduce_stages([part]) == PipelineSection()
+    elif name == "serving":
+        assert part == (None, [])
+    else:
+        pytest.fail(f"no expectation written for the registered analysis {name!r}")
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("name", ANALYSES)
+@pytest.mark.parametrize("options", [Options(), Options(files=1, world=1)], ids=["defaults", "one-file"])
+def test_every_analysis_on_degenerate_tables(name, table, options):
+    check(name, ANALYSES[name](TABLES[table](), options), table, options)
+    check(name, ANALYSES[name](TABLES[table](), options, {}), table, options)
+
+
+def test_every_analysis_takes_the_documented_signature():
+    import inspect
+
+    for name, analysis in ANALYSES.items():
+        assert list(inspect.signature(analysis).parameters) == ["spans", "options", "meta"], name
