@@ -23,6 +23,11 @@ KINDS = (
 )
 Kind = pl.Enum(list(KINDS))
 
+#: Every start and end lies strictly within ±TIME_LIMIT_NS (2**62 ns, about 146 years either side of the
+#: clock's zero: epoch nanoseconds fit with a century to spare). Readers skip events beyond it, so the
+#: difference of any two times (a window, a gap, a duration) is below 2**63 and cannot overflow int64.
+TIME_LIMIT_NS = 2**62
+
 #: Kinds that occupy a GPU engine: their union is a device lane's busy time.
 GPU_WORK = ("kernel", "memcpy", "memset", "comm")
 
@@ -67,4 +72,8 @@ def validate(frame: pl.DataFrame) -> list[str]:
     bad = frame.filter(pl.col("start").is_null() | pl.col("end").is_null() | (pl.col("end") < pl.col("start")))
     if bad.height:
         problems.append(f"{bad.height} spans without a valid start <= end")
+    limit = pl.lit(TIME_LIMIT_NS, pl.Int64)
+    far = frame.filter((pl.col("start") <= -limit) | (pl.col("end") >= limit))
+    if far.height:
+        problems.append(f"{far.height} spans beyond ±2**62 ns")
     return problems

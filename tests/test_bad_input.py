@@ -123,3 +123,16 @@ def test_big_gzip_is_gunzipped_to_scratch_and_cleaned_up(tmp_path, monkeypatch, 
     assert streamed.spans.equals(plain.spans) and streamed.warnings == plain.warnings
     assert (streamed.spans.height == 3000) == (fraction == 1.0)
     assert list(scratch.iterdir()) == [] and sorted(p.name for p in path.parent.iterdir()) == ["big.json.gz"]
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_invalid_utf8_in_an_event_is_replaced_not_a_crash(tmp_path, cut):
+    """The bug `test_mutated_real_trace_never_crashes` found: one flipped byte in a name raised
+    msgspec.DecodeError (Invalid UTF-8) out of ingest; the bytes are replaced, counted and the events kept."""
+    event = b'{"ph": "X", "cat": "kernel", "name": "k\xe9rnel", "pid": 0, "tid": 7, "ts": 1, "dur": 2}'
+    text = b'{"schemaVersion": 1, "traceEvents": [' + event + b", " + event.replace(b'"ts": 1', b'"ts": 5')
+    path = tmp_path / "bad_utf8.json"
+    path.write_bytes(text + (b", {" if cut else b"]}"))
+    result = chrome.read(path)
+    assert result.spans["name"].to_list() == ["k\ufffdrnel"] * 2
+    assert "2 invalid UTF-8" in result.warnings[0] and (len(result.warnings) == 2) == cut

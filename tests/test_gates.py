@@ -13,9 +13,9 @@ import pytest
 from synth import simulate, write_pipeline
 
 from pipebubble import config
-from pipebubble.run import run
 from pipebubble.gates import GATES, check, diff
 from pipebubble.render.gates import render_check, render_diff
+from pipebubble.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = ROOT / "sample_traces" / "serve_chunked_prefill"

@@ -58,7 +58,9 @@ _NOT_SPANS = {
     "N": "object",
     "D": "object",
     "P": "sample",
+    "<not an object>": "not_an_event",
 }
+_INT32 = 2**31
 
 
 def read(
@@ -74,18 +76,20 @@ def read(
     With ``spill``, spans go to Parquet files in that folder instead of memory (``meta["spill"]``)."""
 
     def finish(header: dict) -> jsontrace.Finish:
-        rank, base = _rank(header, path, position), header.get("base_time_ns") or 0
+        rank, base = _rank(header, path, position)[0], header.get("base_time_ns") or 0
         return partial(block_spans, source=str(path), rank=rank, base=base, spill=str(spill) if spill else None)
 
     with jsontrace.opened(path, scratch) as trace:
         decoded = jsontrace.decode(path, trace.data, pool, finish, trace.disk)
         gzip_warning = trace.warning
     header, events = decoded.header, decoded.events
-    rank = _rank(header, path, position)
+    rank, rank_warning = _rank(header, path, position)
     skipped = _not_spans(decoded.phases) + decoded.skipped
     paired, unmatched = _paired_spans(events)
     skipped.update(unmatched)
-    table = pl.concat([*decoded.spans, _to_spans(paired, str(path), rank)], how="vertical")
+    paired_spans, off_device = _to_spans(paired, str(path), rank)
+    skipped.update(off_device)
+    table = pl.concat([*decoded.spans, paired_spans], how="vertical")
     spilled = {}
     if spill is not None:
         _write_part(table, str(spill))
@@ -93,7 +97,7 @@ def read(
             table.clear(),
             {"spill": str(spill), "spans": pl.scan_parquet(spill).select(pl.len()).collect().item()},
         )
-    warnings = [gzip_warning] if gzip_warning else []
+    warnings = [w for w in (gzip_warning, rank_warning) if w] + decoded.warnings + _repair_warnings(path, decoded)
     if decoded.unread_bytes:
         warnings.append(
             f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
@@ -110,23 +114,49 @@ def read(
     return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt)
 
 
-def _rank(header: dict, path: Path, position: int) -> int:
-    """``distributedInfo.rank``, else a ``rank-N``/``rankN`` file name, else the file's position."""
+def _repair_warnings(path: Path, decoded: jsontrace.Decoded) -> list[str]:
+    """One line per kind of repair the JSON text needed before it could be read."""
+    out = []
+    if decoded.repairs["utf8"]:
+        out.append(f"{path}: {decoded.repairs['utf8']} invalid UTF-8 sequences or lone surrogates replaced by U+FFFD")
+    if decoded.repairs["deep"]:
+        out.append(f"{path}: values nested too deep to decode were replaced by null")
+    return out
+
+
+def _rank(header: dict, path: Path, position: int) -> tuple[int, str | None]:
+    """``distributedInfo.rank`` (checked to fit Int32 when the header was read), else a ``rank-N``/``rankN``
+    file name, else the file's position; a file name whose rank does not fit Int32 is ignored, with a
+    warning."""
     if header.get("rank") is not None:
-        return header["rank"]
+        return header["rank"], None
     match = _RANK_IN_NAME.search(path.name)
-    return int(match.group(1)) if match else position
+    if match is None:
+        return position, None
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) <= 10 and int(digits) < _INT32:
+        return int(digits), None
+    return position, f"{path}: rank in the file name does not fit Int32; using the file's position {position}"
 
 
 def block_spans(
     events: pl.DataFrame, source: str, rank: int, base: int, spill: str | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, Counter]:
     """One block's complete events as spans (written to a Parquet file in ``spill`` instead, when given);
-    the events to pair or name later (with ``base`` added), and the count of complete events not kept."""
-    events = events.with_columns(ts_ns=pl.col("ts_ns") + base)
+    the events to pair or name later (with ``base`` added), and the count of events not kept.
+
+    ``ts_ns`` and ``base`` both lie strictly within ±2**62, so their sum cannot overflow; a sum beyond the
+    limit marks the event ``out_of_range``."""
+    limit = spans.TIME_LIMIT_NS
+    ts = pl.col("ts_ns") + base
+    events = events.with_columns(
+        ts_ns=pl.when(ts.abs() < limit).then(ts),
+        skip=pl.coalesce("skip", pl.when(ts.abs() >= limit).then(pl.lit("out_of_range"))),
+    )
     complete, skipped = _complete_spans(events)
     rest = events.filter(pl.col("ph").is_in(["B", "E", "b", "e", "M"]))
-    table = _to_spans(complete, source, rank)
+    table, off_device = _to_spans(complete, source, rank)
+    skipped.update(off_device)
     if spill is not None:
         _write_part(table, spill)
         table = table.clear()
@@ -149,18 +179,22 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
 
 
 def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
-    """``X`` events with a valid time as span rows; those without, and Kineto's own profile span, counted."""
-    skipped: Counter[str] = Counter()
+    """``X`` events with a valid time as span rows; those without, and Kineto's own profile span, counted.
+    Start and duration are each below 2**62, so their sum cannot overflow; an end beyond the limit is
+    ``out_of_range``."""
     x = events.filter(pl.col("ph") == "X")
-    bad = x.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0))
-    if bad.height:
-        skipped["bad_time"] += bad.height
-    x = x.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") >= 0))
-    trace = x.filter(pl.col("cat") == "Trace")  # Kineto's own whole-profile span
-    if trace.height:
-        skipped["profiler_trace"] += trace.height
-    x = x.filter(pl.col("cat").is_null() | (pl.col("cat") != "Trace"))
-    return x.select(
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    reason = pl.coalesce(
+        "skip",
+        pl.when(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0)).then(
+            pl.lit("bad_time")
+        ),
+        pl.when(end >= spans.TIME_LIMIT_NS).then(pl.lit("out_of_range")),
+        pl.when(pl.col("cat") == "Trace").then(pl.lit("profiler_trace")),  # Kineto's own whole-profile span
+    )
+    x = x.with_columns(reason=reason)
+    skipped = _count(x["reason"])
+    return x.filter(pl.col("reason").is_null()).select(
         "cat",
         "name",
         "pid",
@@ -168,15 +202,23 @@ def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
         "external_id",
         "correlation",
         start=pl.col("ts_ns"),
-        end=pl.col("ts_ns") + pl.col("dur_ns"),
+        end=end,
     ), skipped
+
+
+def _count(reasons: pl.Series) -> Counter[str]:
+    """Counts of the non-null values of ``reasons``."""
+    counts = reasons.drop_nulls().value_counts()
+    return Counter(dict(zip(counts[reasons.name].to_list(), counts["count"].to_list(), strict=True)))
 
 
 def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
     """``B``/``E`` pairs (a stack per pid/tid) and async ``b``/``e`` pairs (by category, id and name)."""
-    rows = events.filter(pl.col("ph").is_in(["B", "E", "b", "e"]) & pl.col("ts_ns").is_not_null())
+    rows = events.filter(pl.col("ph").is_in(["B", "E", "b", "e"]))
+    no_time = pl.when(pl.col("ts_ns").is_null()).then(pl.lit("bad_time"))
+    skipped = _count(rows.select(pl.coalesce("skip", no_time))["skip"])
+    rows = rows.filter(pl.col("skip").is_null() & pl.col("ts_ns").is_not_null())
     out: list[tuple] = []
-    skipped: Counter[str] = Counter()
     stacks: dict[tuple, list[tuple]] = {}
     ordered = rows.with_row_index("order").sort("ts_ns", "order")
     for ph, cat, name, pid, tid, ts, eid, ext, corr in ordered.select(
@@ -206,11 +248,15 @@ def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
     return pl.DataFrame(out, schema=schema, orient="row"), skipped
 
 
-def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
-    """Categories to kinds, GPU events to (device, stream), lanes named. Names and ids repeat heavily, so the
-    regexes and string formatting run once per distinct value and are joined back."""
+def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> tuple[pl.DataFrame, Counter[str]]:
+    """Categories to kinds, GPU events to (device, stream), lanes named; GPU events whose pid (the device)
+    does not fit Int32 are counted as ``device_out_of_range``. Names and ids repeat heavily, so the regexes
+    and string formatting run once per distinct value and are joined back."""
     kinds = raw.select("cat", "name").unique().with_columns(kind=_kind(), on_device=_on_device())
-    frame = raw.join(kinds, on=["cat", "name"], how="left", nulls_equal=True, maintain_order="left").with_columns(
+    frame = raw.join(kinds, on=["cat", "name"], how="left", nulls_equal=True, maintain_order="left")
+    off = frame["on_device"] & ((frame["pid"] < -_INT32) | (frame["pid"] >= _INT32)).fill_null(False)
+    skipped = Counter({"device_out_of_range": off.sum()}) if off.any() else Counter()
+    frame = frame.filter(~off).with_columns(
         device=pl.when("on_device").then(pl.col("pid")),
         stream=pl.when("on_device").then(pl.col("tid")),
         pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
@@ -227,7 +273,7 @@ def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> pl.DataFrame:
         )
     )
     frame = frame.join(lanes, on=ids, how="left", nulls_equal=True, maintain_order="left")
-    return spans.conform(frame.with_columns(source=pl.lit(source), rank=pl.lit(rank)))
+    return spans.conform(frame.with_columns(source=pl.lit(source), rank=pl.lit(rank))), skipped
 
 
 def _kind() -> pl.Expr:

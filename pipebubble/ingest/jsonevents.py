@@ -2,22 +2,34 @@
 
 The fast path is a msgspec tagged union on ``ph``: complete events (``X``) decode into a small typed
 struct holding only the fields we use, flows/counters/instants into empty structs that are only counted.
-A block the fast path rejects (an unknown phase, a string where a number belongs) is decoded again by a
-tolerant path that accepts any JSON value and nulls what does not fit.
+A block the fast path rejects (an unknown phase, a string where a number belongs, a name that is not a
+string) is decoded again by the tolerant path (``jsontolerant``), which gives the same columns for the same
+events. Before either, a block's invalid UTF-8 is replaced; a block too deeply nested for the decoder has
+its deep values replaced by ``null`` (``jsonbytes``).
+
+Times are checked here: a ``ts`` or ``dur`` whose nanoseconds do not lie strictly within
+``±spans.TIME_LIMIT_NS`` gets ``skip = "out_of_range"``, a pid/tid that does not fit int64
+``skip = "id_out_of_range"``; the event is counted, never cast with a wrap.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import Counter
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
 import polars as pl
 
-# Floats below 2**43 µs still resolve 1 ns; above (absolute epoch µs with a fraction) the text is re-read.
+from pipebubble.ingest import jsonbytes
+from pipebubble.spans import TIME_LIMIT_NS
+
+# Floats below 2**43 µs still resolve 1 ns; at or above (absolute epoch µs with a fraction) the text is read.
 _EXACT_FLOAT_US = 2.0**43
+_LIMIT_US = TIME_LIMIT_NS / 1000
+_INT64 = 2**63
 COLUMNS = {
     "ph": pl.String,
     "cat": pl.String,
@@ -30,38 +42,35 @@ COLUMNS = {
     "external_id": pl.Int64,
     "correlation": pl.Int64,
     "arg_name": pl.String,
+    "skip": pl.String,
 }
 KEPT_PHASES = ("X", "B", "E", "b", "e", "M")
 
 
+@dataclass
+class BlockEvents:
+    """One block's kept events (``COLUMNS``), a count of every phase, and the repairs made to its text
+    (``utf8``: sequences replaced; ``deep``: 1 when values nested too deep were nulled)."""
+
+    frame: pl.DataFrame
+    phases: Counter[str]
+    repairs: Counter[str] = field(default_factory=Counter)
+
+
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    external_id: Any = msgspec.field(default=None, name="External id")
-    correlation: Any = None
-    name: Any = None  # process/thread names in metadata events
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    correlation: int | None = None
+    name: str | None = None  # process/thread names in metadata events
 
 
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
-    """The tolerant shape: any JSON value in any field."""
-
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    id: Any = None
-    args: Any = None
-
-
 class _X(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     cat: str | None = None
     name: str | None = None
-    pid: int | None = None  # a named process (string id) sends the block to the tolerant path
-    tid: int | None = None
+    pid: int | str | None = None  # generic traces name their processes
+    tid: int | str | None = None
     ts: float | None = None
     dur: float | None = None
     args: _Args = _NO_ARGS
@@ -90,145 +99,194 @@ _COUNTED = {
 }
 _PHASE = {_X: "X", **{cls: ph for ph, cls in (_KEPT | _COUNTED).items()}}
 _FAST = msgspec.json.Decoder(list[Union[(_X, *_KEPT.values(), *_COUNTED.values())]])  # type: ignore[misc]  # noqa: UP007
-_TOLERANT = msgspec.json.Decoder(list[_Event])
+_KEPT_TYPES = frozenset(_KEPT.values())
 
 
 class _EventTs(msgspec.Struct, gc=False):
-    ph: Any = None
     ts: msgspec.Raw = msgspec.Raw(b"")
 
 
 _TEXT_TS = msgspec.json.Decoder(list[_EventTs])
 
 
-def decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
-    """Columns (``COLUMNS``) of the kept events in ``block`` (a JSON array) and a count of every phase."""
-    try:
-        return _decode_block(block)
-    except UnicodeDecodeError:  # invalid UTF-8 in a name: keep the event, replace the bad bytes
-        return _decode_block(block.decode("utf-8", "replace").encode())
+class BlockError(Exception):
+    """A block that is not valid JSON even after repair: the decoder's message, the offset in the block as
+    given (None when the input simply ran out) and whether only its end is missing."""
+
+    def __init__(self, message: str, offset: int | None, truncated: bool) -> None:
+        super().__init__(message, offset, truncated)
+        self.message, self.offset, self.truncated = message, offset, truncated
 
 
-def _decode_block(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
+def decode_block(block: bytes) -> BlockEvents:
+    """The kept events of ``block`` (a JSON array) as columns, a count of every phase, and repairs made.
+    Raises BlockError when the block is not valid JSON even after repair."""
+    repairs: Counter[str] = Counter()
+    fixed, replaced, shifts = jsonbytes.fix_unicode(block)
+    if replaced:
+        repairs["utf8"] = replaced
+    deep: list[tuple[int, int]] = []
     try:
-        events = _FAST.decode(block)
+        try:
+            return _decode(fixed, repairs)
+        except RecursionError:
+            fixed, deep = jsonbytes.flatten_deep(fixed)
+            repairs["deep"] = 1
+            return _decode(fixed, repairs)
+    except msgspec.DecodeError as exc:
+        exc = _syntax_error(fixed) or exc
+        length = len(fixed)
+        truncated = jsonbytes.is_truncation(exc, length)
+        at = jsonbytes.original_offset(jsonbytes.error_offset(exc, length), deep)
+        offset = None if "truncated" in str(exc) else jsonbytes.original_offset(at, shifts)
+        raise BlockError(jsonbytes.one_line(exc), offset, truncated) from None
+
+
+_SYNTAX = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _syntax_error(block: bytes) -> msgspec.DecodeError | None:
+    """The syntax error in ``block`` as one decoder words it, whichever typed decoder met it first."""
+    try:
+        _SYNTAX.decode(block)
+    except msgspec.DecodeError as exc:
+        return exc
+    return None
+
+
+def _decode(block: bytes, repairs: Counter[str]) -> BlockEvents:
+    try:
+        frame, phases = _decode_fast(block)
     except msgspec.ValidationError:
-        return _tolerant(block)
+        from pipebubble.ingest.jsontolerant import decode_tolerant
+
+        frame, phases = decode_tolerant(block)
+    return BlockEvents(frame, phases, repairs)
+
+
+def _decode_fast(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
+    events = _FAST.decode(block)
     by_type = Counter(map(type, events))
     phases = Counter({_PHASE[t]: n for t, n in by_type.items()})
-    xs = [e for e in events if type(e) is _X] if by_type[_X] != len(events) else events
-    rest = [e for e in events if type(e) in _KEPT_TYPES] if sum(by_type[t] for t in _KEPT_TYPES) else []
-    del events
-    frames = [_complete(xs, typed=True)]
-    if rest:
-        frames.append(_kept([_PHASE[type(e)] for e in rest], rest))
-    frame = pl.concat(frames, how="vertical")
-    return _exact_ts(frame, block, ordered=bool(rest)), phases
+    all_x = by_type[_X] == len(events)
+    xs = events if all_x else [e for e in events if type(e) is _X]
+    has_rest = any(by_type[t] for t in _KEPT_TYPES)
+    rest = [e for e in events if type(e) in _KEPT_TYPES] if has_rest else []
+    col = _joined(_columns(xs), _columns(rest), len(rest))
+    columns = {
+        "ph": ["X"] * len(xs) + [_PHASE[type(e)] for e in rest] if rest else _repeat("X", len(xs)),
+        **{k: col(k) for k in ("cat", "name", "pid", "tid", "ts", "args.external_id", "args.correlation")},
+        "dur": col("dur", rest=[None] * len(rest)),
+        "id": [None] * len(xs) + [_id_text(e.id) for e in rest] if rest else _repeat(None, len(xs)),
+        "arg_name": col("args.name", xs=[None] * len(xs)) if rest else _repeat(None, len(xs)),
+    }
+    columns["external_id"], columns["correlation"] = columns.pop("args.external_id"), columns.pop("args.correlation")
+    del xs, rest
+    frame = build_frame(columns)
+    if frame["big"].any():
+
+        def positions() -> list[int]:
+            kept = [i for i, e in enumerate(events) if type(e) in _KEPT_TYPES] if has_rest else []
+            x = range(len(events)) if all_x else [i for i, e in enumerate(events) if type(e) is _X]
+            return [*x, *kept]
+
+        raw = _TEXT_TS.decode(block)
+        frame = exact_ts(frame, [bytes(raw[i].ts) for i in positions()])
+    return frame.drop("big"), phases
 
 
-_KEPT_TYPES = frozenset(_KEPT.values())
-
-
-def _complete(xs: list[Any], typed: bool = False) -> pl.DataFrame:
-    """Complete events; ``typed``: decoded by the fast path, so ids are already ints or None."""
-    col, n = _columns(xs), len(xs)
-    ids = (lambda k: col(k, pl.Int64)) if typed else (lambda k: _ids(col(k, None)))
-    return pl.DataFrame(
-        {
-            "ph": pl.repeat("X", n, dtype=pl.String, eager=True),
-            "cat": col("cat", pl.String),
-            "name": col("name", pl.String),
-            "pid": ids("pid"),
-            "tid": ids("tid"),
-            "ts_ns": _us_to_ns(col("ts", pl.Float64)),
-            "dur_ns": (col("dur", pl.Float64) * 1000).round().cast(pl.Int64),
-            "id": pl.repeat(None, n, dtype=pl.String, eager=True),
-            "external_id": col("args.external_id", pl.Int64),
-            "correlation": col("args.correlation", pl.Int64),
-            "arg_name": pl.repeat(None, n, dtype=pl.String, eager=True),
-        }
-    )
-
-
-def _kept(phs: list[str], rest: list[Any]) -> pl.DataFrame:
-    col = _columns(rest)
-    return pl.DataFrame(
-        {
-            "ph": pl.Series(phs, dtype=pl.String),
-            "cat": col("cat", pl.String),
-            "name": col("name", pl.String),
-            "pid": _ids(col("pid", None)),
-            "tid": _ids(col("tid", None)),
-            "ts_ns": _us_to_ns(col("ts", pl.Float64)),
-            "dur_ns": pl.Series([None] * len(rest), dtype=pl.Int64),
-            "id": pl.Series([None if e.id is None else str(e.id) for e in rest], dtype=pl.String),
-            "external_id": col("args.external_id", pl.Int64),
-            "correlation": col("args.correlation", pl.Int64),
-            "arg_name": col("args.name", pl.String),
-        }
-    )
+def _repeat(value: str | None, n: int) -> pl.Series:
+    return pl.repeat(value, n, dtype=pl.String, eager=True)
 
 
 def _columns(events: list[Any]):
-    def col(attr: str, dtype: pl.DataType | None) -> pl.Series:
-        values = list(map(attrgetter(attr), events))
-        return values if dtype is None else pl.Series(values, dtype=dtype, strict=False)
+    def col(attr: str) -> list:
+        return list(map(attrgetter(attr), events))
 
     return col
 
 
-def _tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
-    """Any JSON values: args that are not objects, ids of any type, numbers as strings."""
-    events = _TOLERANT.decode(block)
-    for e in events:
-        if not isinstance(e.args, dict):
-            e.args = {}
-        e.args = _Args(e.args.get("External id"), e.args.get("correlation"), e.args.get("name"))
-        e.ts = e.ts if isinstance(e.ts, (int, float)) and not isinstance(e.ts, bool) else None
-        e.dur = e.dur if isinstance(e.dur, (int, float)) and not isinstance(e.dur, bool) else None
-        e.ph = e.ph if isinstance(e.ph, str) else repr(e.ph)
-    phases = Counter(e.ph for e in events)
-    kept = [e for e in events if e.ph in KEPT_PHASES]
-    x = [e for e in kept if e.ph == "X"]
-    rest = [e for e in kept if e.ph != "X"]
-    frame = pl.concat([_complete(x), _kept([e.ph for e in rest], rest)], how="vertical")
-    return _exact_ts(frame, block, ordered=True), phases
+def _joined(col_x, col_r, n_rest: int):
+    """A column over the complete events then the others, without copying when there are no others."""
+
+    def col(attr: str, xs: list | None = None, rest: list | None = None) -> list:
+        head = col_x(attr) if xs is None else xs
+        if not n_rest:
+            return head
+        return head + (col_r(attr) if rest is None else rest)
+
+    return col
 
 
-def _ids(values: list[Any]) -> pl.Series:
-    """pid/tid: ints as they are; a string id (generic traces name their processes) maps to a stable int."""
-    series = pl.Series(values, dtype=pl.Int64, strict=False)
-    if series.null_count() == values.count(None):
-        return series
-    return pl.Series([_stable_id(v) for v in values], dtype=pl.Int64)
+def build_frame(columns: dict[str, list]) -> pl.DataFrame:
+    """``COLUMNS`` (plus ``big``: ts needs its text read) from per-field lists: ``ts``/``dur`` in float µs,
+    pid/tid as ints or strings, ``skip`` (optional) as reasons found while decoding."""
+    pid, pid_bad = _ids(columns["pid"])
+    tid, tid_bad = _ids(columns["tid"])
+    n = len(pid)
+    frame = pl.DataFrame(
+        {
+            "ph": pl.Series(columns["ph"], dtype=pl.String),
+            "cat": pl.Series(columns["cat"], dtype=pl.String),
+            "name": pl.Series(columns["name"], dtype=pl.String),
+            "pid": pid,
+            "tid": tid,
+            "ts_us": pl.Series(columns["ts"], dtype=pl.Float64, strict=False),
+            "dur_us": pl.Series(columns["dur"], dtype=pl.Float64, strict=False),
+            "id": pl.Series(columns["id"], dtype=pl.String),
+            "external_id": pl.Series(columns["external_id"], dtype=pl.Int64, strict=False),
+            "correlation": pl.Series(columns["correlation"], dtype=pl.Int64, strict=False),
+            "arg_name": pl.Series(columns["arg_name"], dtype=pl.String),
+            "id_bad": pid_bad | tid_bad,
+            "skip": pl.Series(columns.get("skip") or [None] * n, dtype=pl.String),
+        }
+    )
+    ts_ok, dur_ok = _in_range(pl.col("ts_us")), _in_range(pl.col("dur_us"))
+    out_of_range = (pl.col("ts_us").is_not_null() & ~ts_ok) | (pl.col("dur_us").is_not_null() & ~dur_ok)
+    return frame.select(
+        "ph",
+        "cat",
+        "name",
+        "pid",
+        "tid",
+        ts_ns=pl.when(ts_ok).then(_us_to_ns(pl.col("ts_us"))),
+        dur_ns=pl.when(dur_ok).then((pl.col("dur_us") * 1000).round().cast(pl.Int64, strict=False)),
+        id="id",
+        external_id="external_id",
+        correlation="correlation",
+        arg_name="arg_name",
+        skip=pl.coalesce(
+            "skip",
+            pl.when(pl.col("id_bad")).then(pl.lit("id_out_of_range")),
+            pl.when(out_of_range).then(pl.lit("out_of_range")),
+        ),
+        big=ts_ok.fill_null(False) & (pl.col("ts_us").abs() >= _EXACT_FLOAT_US),
+    )
 
 
-def _stable_id(value: Any) -> int | None:
-    if value is None or isinstance(value, int):
-        return value
-    text = str(value)
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return -(zlib.crc32(text.encode()) + 1)  # negative: never collides with a real OS pid
+def _in_range(us: pl.Expr) -> pl.Expr:
+    """Finite and strictly within the time limit (NaN compares false)."""
+    return us.abs() < _LIMIT_US
 
 
-def _us_to_ns(us: pl.Series) -> pl.Series:
+def _us_to_ns(us: pl.Expr) -> pl.Expr:
     """Whole µs and the fraction are converted separately so large values do not drift."""
     whole = us.floor()
-    return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
+    return whole.cast(pl.Int64, strict=False) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64, strict=False)
 
 
-def _exact_ts(frame: pl.DataFrame, block: bytes, ordered: bool) -> pl.DataFrame:
-    """Where a float cannot hold 1 ns (absolute epoch µs with a fraction, e.g. ``1712195495519695.812``)
-    the timestamps' text is parsed instead."""
-    ts = frame["ts_ns"]
-    if not len(ts) or (ts.abs().max() or 0) < _EXACT_FLOAT_US * 1000 or (ts % 1000 == 0).all():
-        return frame
-    raw = [e for e in _TEXT_TS.decode(block) if e.ph in KEPT_PHASES]
-    if not ordered:  # the fast path put complete events first
-        raw = [e for e in raw if e.ph == "X"] + [e for e in raw if e.ph != "X"]
-    text = pl.Series([bytes(e.ts).decode() for e in raw], dtype=pl.String)
-    return frame.with_columns(ts_ns=parse_us_text(text))
+def exact_ts(frame: pl.DataFrame, texts: list[bytes]) -> pl.DataFrame:
+    """``ts_ns`` from each event's own timestamp text (``texts[i]`` belongs to row ``i``) where a float cannot
+    hold 1 ns (``big``: absolute epoch µs with a fraction, e.g. ``1712195495519695.812``)."""
+    big = frame["big"]
+    text = pl.Series([t.decode("utf-8", "replace") for t in texts], dtype=pl.String).filter(big)
+    exact = pl.Series([None] * frame.height, dtype=pl.Int64).scatter(big.arg_true(), parse_us_text(text))
+    usable = pl.col("big") & (pl.col("exact").abs() < TIME_LIMIT_NS)
+    return (
+        frame.with_columns(exact=exact)
+        .with_columns(ts_ns=pl.when(usable).then("exact").otherwise("ts_ns"))
+        .drop("exact")
+    )
 
 
 def parse_us_text(text: pl.Series) -> pl.Series:
@@ -236,7 +294,47 @@ def parse_us_text(text: pl.Series) -> pl.Series:
     parts = text.str.split_exact(".", 1).struct.unnest()
     whole, frac = parts["field_0"], parts["field_1"].fill_null("").str.slice(0, 3).str.pad_end(3, "0")
     sign = pl.select(pl.when(text.str.starts_with("-")).then(-1).otherwise(1)).to_series()
+    plain = text.str.contains(r"^-?\d{1,16}(\.\d*)?$")
     exact = whole.cast(pl.Int64, strict=False) * 1000 + frac.cast(pl.Int64, strict=False) * sign
-    plain = text.str.contains(r"^-?\d+(\.\d*)?$")
-    approx = (text.cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
+    approx = (text.cast(pl.Float64, strict=False) * 1000).round()
+    approx = pl.select(pl.when(approx.abs() < TIME_LIMIT_NS).then(approx)).to_series().cast(pl.Int64, strict=False)
     return pl.select(pl.when(plain).then(exact).otherwise(approx)).to_series().rename("ts_ns")
+
+
+def _ids(values: list[Any]) -> tuple[pl.Series, pl.Series]:
+    """pid/tid: ints as they are; a string id (generic traces name their processes) maps to a stable int.
+    Also a mask of ids that do not fit int64 (their value is null)."""
+    try:  # strict: a string is never parsed as a number here, so every block maps it the same way
+        return pl.Series(values, dtype=pl.Int64, strict=True), pl.repeat(False, len(values), eager=True)
+    except (TypeError, OverflowError):
+        pass
+    ids = [_stable_id(v) for v in values]
+    bad = pl.Series([v is _TOO_BIG for v in ids], dtype=pl.Boolean)
+    return pl.Series([None if v is _TOO_BIG else v for v in ids], dtype=pl.Int64), bad
+
+
+_TOO_BIG = object()
+
+
+def _stable_id(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else _TOO_BIG
+    text = str(value)
+    digits = text[1:] if text[:1] == "-" else text
+    if digits.isascii() and digits.isdigit():
+        if len(digits) > 19:
+            return _TOO_BIG
+        number = int(text)
+        return number if -_INT64 <= number < _INT64 else _TOO_BIG
+    return -(zlib.crc32(text.encode()) + 1)  # negative: never collides with a real OS pid
+
+
+def _id_text(value: Any) -> str | None:
+    """An async event's id as text: strings as they are, ints that fit int64 in decimal, else null."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64:
+        return str(value)
+    return None

@@ -8,11 +8,9 @@ last whole event.
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import re
 import tempfile
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
@@ -25,26 +23,23 @@ import msgspec
 import polars as pl
 
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest.jsonevents import COLUMNS, decode_block
+from pipebubble.ingest import gunzip, jsonbytes
+from pipebubble.ingest.jsonevents import COLUMNS, BlockError, decode_block
+from pipebubble.ingest.jsonheader import header_dict
 
 BLOCK_BYTES = 16 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-class _DistInfo(msgspec.Struct):
-    rank: Any = None
-    world_size: Any = None
-    backend: Any = None
-    pg_config: Any = None
-
-
 class _Header(msgspec.Struct):
+    """Header fields kept raw: each is decoded and checked on its own (``jsonheader``)."""
+
     traceEvents: msgspec.Raw = msgspec.Raw(b"")
-    distributedInfo: _DistInfo | None = None
-    baseTimeNanoseconds: Any = None
-    schemaVersion: Any = None
-    deviceProperties: Any = None
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"")
+    baseTimeNanoseconds: msgspec.Raw = msgspec.Raw(b"")
+    schemaVersion: msgspec.Raw = msgspec.Raw(b"")
+    deviceProperties: msgspec.Raw = msgspec.Raw(b"")
 
 
 _HEADER = msgspec.json.Decoder(_Header)
@@ -61,6 +56,7 @@ class Block:
     phases: Counter[str]
     spans: pl.DataFrame | None = None
     skipped: Counter[str] = field(default_factory=Counter)
+    repairs: Counter[str] = field(default_factory=Counter)
 
 
 #: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts) out.
@@ -77,6 +73,8 @@ class Decoded:
     unread_bytes: int = 0
     spans: list[pl.DataFrame] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    repairs: Counter[str] = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
 
 
 #: Gzipped traces bigger than this are gunzipped to a scratch file rather than into memory.
@@ -109,55 +107,13 @@ def opened(path: Path, scratch: Path | None = None) -> Iterator[Opened]:
             yield Opened(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), None, path)
             return
     if scratch is None or path.stat().st_size < GUNZIP_TO_DISK:
-        yield Opened(*_gunzip(path))
+        yield Opened(*gunzip.in_memory(path))
         return
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=scratch, suffix=".json") as out:
-        warning = _gunzip_to(path, out)
+        warning = gunzip.inflate(path, gunzip.file_chunks(path), out.write)
         out.flush()
         yield Opened(mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ), warning, Path(out.name))
-
-
-def _gunzip(path: Path) -> tuple[bytes, str | None]:
-    raw = path.read_bytes()
-    try:
-        return gzip.decompress(raw), None
-    except (EOFError, zlib.error, OSError):
-        pass
-    try:  # a stream cut short: what it holds, up to the cut
-        data = zlib.decompressobj(wbits=31).decompress(raw)
-    except zlib.error as exc:
-        raise TraceFormatError(path, f"corrupt gzip data ({exc})") from None
-    if not data:
-        raise TraceFormatError(path, "corrupt gzip data (nothing could be decompressed)")
-    return data, _cut_warning(path, len(data))
-
-
-def _gunzip_to(path: Path, out) -> str | None:
-    """Stream-gunzip ``path`` into ``out`` in bounded memory; a warning when the stream was cut short."""
-    inflate, written = zlib.decompressobj(wbits=31), 0
-    with open(path, "rb") as fh:
-        try:
-            while chunk := fh.read(8 << 20):
-                piece = inflate.decompress(chunk)
-                out.write(piece)
-                written += len(piece)
-                while inflate.unused_data and inflate.eof:  # concatenated gzip members
-                    rest, inflate = inflate.unused_data, zlib.decompressobj(wbits=31)
-                    piece = inflate.decompress(rest)
-                    out.write(piece)
-                    written += len(piece)
-        except zlib.error as exc:
-            if not written:
-                raise TraceFormatError(path, f"corrupt gzip data ({exc})") from None
-            return _cut_warning(path, written)
-    if not written:
-        raise TraceFormatError(path, "corrupt gzip data (nothing could be decompressed)")
-    return None if inflate.eof else _cut_warning(path, written)
-
-
-def _cut_warning(path: Path, size: int) -> str:
-    return f"{path}: gzip stream cut off after {size} bytes of JSON"
 
 
 def decode(
@@ -170,7 +126,11 @@ def decode(
     """Split ``data`` into header and event blocks and decode the blocks (on ``pool`` when given: its
     workers read their blocks from the file itself, so only offsets cross process boundaries). ``finish``
     makes, from the header, per-block work to run where each block is decoded (it must pickle). ``disk``:
-    a plain file holding exactly ``data``, for workers to read their blocks from."""
+    a plain file holding exactly ``data``, for workers to read their blocks from.
+
+    A file that ends properly (``]`` or ``]}`` last) but does not parse is a TraceFormatError naming the
+    byte where parsing failed, whatever the block size; a file that ends mid-event is read up to its last
+    whole event (``unread_bytes``), unless it is also damaged before its end."""
     found = _NON_SPACE.search(data)
     start = found.start() if found else len(data)
     first = data[start : start + 1]
@@ -178,25 +138,25 @@ def decode(
         raise TraceFormatError(path, "empty file")
     if first not in (b"[", b"{"):
         raise TraceFormatError(path, "not a JSON trace (expected '{' or '[' at the start)")
+    end = _content_end(data)
     if first == b"[":
-        end = _content_end(data)
-        whole = data[end - 1 : end] == b"]"
-        return _decoded(path, data, {}, start + 1, end - 1 if whole else len(data), whole, pool, finish, disk)
-    quick = _split_quick(data)
+        whole = end - start >= 2 and data[end - 1 : end] == b"]"
+        return _decoded(path, data, ({}, []), start + 1, end - 1 if whole else end, whole, pool, finish, disk)
+    quick = _split_quick(path, data, start, end)
     if quick is not None:
         try:
             return _decoded(path, data, *quick, None, pool, finish, disk)
         except _Unverified:
             pass  # the quick split guessed the array's end wrong: validate the whole document instead
-    header, region, whole = _split_object(path, data)
-    return _decoded(path, region, header, 0, len(region), whole, None, finish)
+    header, region, offset, whole = _split_object(path, data, start, end)
+    return _decoded(path, region, header, 0, len(region), whole, None, finish, None, offset)
 
 
 def _content_end(data) -> int:
     """Length of ``data`` without trailing whitespace (looking only at its tail)."""
     end = len(data)
     while end > 0:
-        tail = data[max(0, end - 4096) : end].rstrip()
+        tail = bytes(data[max(0, end - 4096) : end]).rstrip()
         if tail:
             return max(0, end - 4096) + len(tail)
         end -= 4096
@@ -208,88 +168,106 @@ class _Unverified(Exception):
 
 
 def _decoded(
-    path: Path, data, header: dict, start: int, end: int, whole: bool | None, pool, finish, disk=None
+    path: Path, data, header: tuple, start: int, end: int, whole: bool | None, pool, finish, disk=None, at=None
 ) -> Decoded:
-    """Decode ``data[start:end]``, the inside of the events array."""
+    """Decode ``data[start:end]``, the inside of the events array (at byte ``at`` of the file, default
+    ``start``)."""
+    fields, warnings = header
     on_disk = (disk, start) if pool is not None and disk is not None else None
-    fn = finish(header) if finish else None
-    blocks = _decode_region(path, memoryview(data)[start:end], whole, pool, on_disk, fn)
+    fn = finish(fields) if finish else None
+    region = memoryview(data)[start:end]
+    blocks = _decode_region(path, region, start if at is None else at, whole, pool, on_disk, fn)
     unread = blocks.pop() if blocks and isinstance(blocks[-1], int) else 0
     phases: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
+    repairs: Counter[str] = Counter()
     for block in blocks:
         phases.update(block.phases)
         skipped.update(block.skipped)
+        repairs.update(block.repairs)
     frames = [b.events for b in blocks]
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
     spans = [b.spans for b in blocks if b.spans is not None]
-    return Decoded(events, phases, header, unread, spans, skipped)
+    return Decoded(events, phases, fields, unread, spans, skipped, repairs, warnings)
 
 
-def _split_quick(data: bytes) -> tuple[dict[str, Any], int, int] | None:
+def _split_quick(path: Path, data, start: int, end: int) -> tuple[tuple, int, int] | None:
     """Find ``traceEvents: [...]`` without parsing the whole document: the key near the start, the closing
     bracket near the end, checked by decoding the header and trailer around an empty array. The array's
     contents are verified as its blocks decode (``whole`` None marks it unverified)."""
-    match = _ARRAY_KEY.search(data, 0, min(len(data), 64 << 20))
+    match = _ARRAY_KEY.search(data, start, min(end, start + (64 << 20)))
     if match is None:
         return None
-    end, floor = len(data), max(match.end(), len(data) - (1 << 20))
+    stop, floor = end, max(match.end(), end - (1 << 20))
     for _ in range(4):
-        close = data.rfind(b"]", floor, end)
+        close = data.rfind(b"]", floor, stop)
         if close < 0:
             return None
+        text = b"".join((data[start : match.start()], b'"traceEvents": []', data[close + 1 : end]))
         try:
-            head = _HEADER.decode(b"".join((data[: match.start()], b'"traceEvents": []', data[close + 1 :])))
-            return _header_dict(head), match.end(), close
-        except _DECODE_ERRORS:
-            end = close
+            head = _decode_header(text)
+            return header_dict(path, head), match.end(), close
+        except msgspec.DecodeError:
+            stop = close
     return None
 
 
-def _split_object(path: Path, data: bytes) -> tuple[dict[str, Any], memoryview, bool]:
-    """Header fields and the bytes inside ``traceEvents: [...]``; ``whole`` is False for a cut-off file."""
+def _decode_header(text) -> _Header:
+    """The header of a document (its events array may be emptied). Invalid UTF-8 and deep values are
+    repaired only when decoding as it is fails, so a big document is not copied."""
     try:
-        head = _HEADER.decode(data)
-    except _DECODE_ERRORS:
+        try:
+            return _HEADER.decode(text)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            fixed, replaced, _ = jsonbytes.fix_unicode(bytes(text))
+            if not replaced:
+                raise
+            return _HEADER.decode(fixed)
+    except RecursionError:
+        flat = jsonbytes.flatten_deep(jsonbytes.fix_unicode(bytes(text))[0], jsonbytes.MAX_DEPTH - 2)[0]
+        return _HEADER.decode(flat)
+
+
+def _split_object(path: Path, data, start: int, end: int) -> tuple[tuple, memoryview, int, bool]:
+    """Header fields, the bytes inside ``traceEvents: [...]``, their offset in the file, and ``whole``:
+    False for a cut-off file. A document damaged before its end is a TraceFormatError."""
+    text = memoryview(data)[start:end]
+    try:
+        head = _decode_header(text)
+    except msgspec.DecodeError as exc:
+        if not jsonbytes.is_truncation(exc, len(text) + 1):
+            offset = start + jsonbytes.error_offset(exc, len(text))
+            raise TraceFormatError(path, f"malformed JSON at byte {offset}: {jsonbytes.one_line(exc)}") from None
         head = None
+    match = _ARRAY_KEY.search(data, start, end)
     if head is not None:
         raw = memoryview(head.traceEvents)
         if not raw.nbytes:
             raise TraceFormatError(path, "JSON object without a 'traceEvents' array")
         if raw[:1] != b"[" or raw[-1:] != b"]":
             raise TraceFormatError(path, "'traceEvents' is not an array")
-        return _header_dict(head), raw[1:-1], True
-    match = _ARRAY_KEY.search(data)
+        return header_dict(path, head), raw[1:-1], match.end() if match else 0, True
     if match is None:
-        raise TraceFormatError(path, "not valid JSON and no 'traceEvents' array found")
+        raise TraceFormatError(path, "JSON cut off before any 'traceEvents' array")
     try:
-        head = _HEADER.decode(data[: match.start()] + b'"traceEvents": []}')
-    except _DECODE_ERRORS:
+        head = _decode_header(data[start : match.start()] + b'"traceEvents": []}')
+    except msgspec.DecodeError:
         head = _Header()
-    return _header_dict(head), memoryview(data)[match.end() :], False
-
-
-def _header_dict(head: _Header) -> dict[str, Any]:
-    info = head.distributedInfo
-    return {
-        "base_time_ns": head.baseTimeNanoseconds if isinstance(head.baseTimeNanoseconds, int) else None,
-        "rank": info.rank if info and isinstance(info.rank, int) else None,
-        "world_size": info.world_size if info and isinstance(info.world_size, int) else None,
-        "backend": info.backend if info else None,
-        "pg_config": info.pg_config if info else None,
-        "kineto": head.schemaVersion is not None or head.deviceProperties is not None or info is not None,
-    }
+    return header_dict(path, head), memoryview(data)[match.end() : end], match.end(), False
 
 
 def _decode_region(
-    path: Path, region: memoryview, whole: bool | None, pool: Executor | None, on_disk: tuple | None, fn
+    path: Path, region: memoryview, at: int, whole: bool | None, pool: Executor | None, on_disk: tuple | None, fn
 ) -> list:
-    """Decode the array body block by block: the blocks, then the count of unreadable bytes when there are
-    any.
+    """Decode the array body (at byte ``at`` of the file) block by block: the blocks, then the count of
+    unreadable bytes when there are any.
 
     A block that fails to decode usually means its boundary sat inside a string or nested value: it is
-    joined to the next block and tried again. In a cut-off file (``whole`` False) the last block is read up
-    to its last whole event.
+    joined to the next blocks (twice as many each try, up to the end) and tried again. What still fails is
+    damage (a TraceFormatError naming its byte) unless the file is cut off (``whole`` False) and the
+    failure is its end: then it is read up to its last whole event.
     """
     cuts = _cuts(region)
     if pool is not None and on_disk is not None and len(cuts) > 1:
@@ -304,80 +282,80 @@ def _decode_region(
             results[j] = _try_file_block(str(disk), base + a, b - a, fn)
         results = [r if r is not None else job.result() for r, job in zip(results, jobs, strict=True)]
     else:
-        results = [_try_block(b"".join((b"[", region[a:b], b"]")), fn) for a, b in cuts]
+        results = [_try_block(_wrapped(region, a, b), fn) for a, b in cuts]
     blocks: list = []
     i = 0
     while i < len(cuts):
-        if not isinstance(results[i], Exception):
-            blocks.append(results[i])
-            i += 1
-            continue
-        start, j = cuts[i][0], i
-        while isinstance(results[i], Exception) and j + 1 < len(cuts) and j - i < _MAX_EXTENSIONS:
-            j += 1
-            results[i] = _try_block(b"".join((b"[", region[start : cuts[j][1]], b"]")), fn)
-        if not isinstance(results[i], Exception):
+        start, j, step = cuts[i][0], i, 1
+        while isinstance(results[i], BlockError) and j + 1 < len(cuts):
+            j, step = min(len(cuts) - 1, j + step), step * 2
+            results[i] = _try_block(_wrapped(region, start, cuts[j][1]), fn)
+        if not isinstance(results[i], BlockError):
             blocks.append(results[i])
             i = j + 1
             continue
         if whole is None:
             raise _Unverified
-        if isinstance(results[i], msgspec.ValidationError):
-            raise TraceFormatError(path, f"trace events of the wrong shape: {results[i]}")
-        if whole or j + 1 < len(cuts):
-            raise TraceFormatError(path, f"malformed trace events after byte {start}: {results[i]}")
-        end = cuts[j][1]
-        good = _last_whole_prefix(region, start, end, _error_offset(results[i], end - start))
+        error, end = results[i], cuts[j][1]
+        if whole or not error.truncated:
+            first = _NON_SPACE.search(region, start).start()
+            where = at + (end if error.offset is None else first + max(0, error.offset - 1))
+            raise TraceFormatError(path, f"malformed JSON at byte {where}: {error.message}")
+        good = _last_whole_prefix(region, start, end)
         if good is None:
-            raise TraceFormatError(path, f"malformed trace event after byte {start}: {results[i]}")
+            raise TraceFormatError(path, f"malformed trace event at byte {at + start}")
         if good > start:
-            blocks.append(_block(b"".join((b"[", region[start:good], b"]")), fn))
-        return [*blocks, len(region) - good]
+            blocks.append(_block(_wrapped(region, start, good), fn))
+        # unread: from the first byte of the partial event, whichever block it was found in
+        return [*blocks, len(region) - _SEPARATOR.match(region, good).end()]
     return blocks
 
 
-def _try_file_block(path: str, offset: int, length: int, fn: Finish | None = None) -> Block | Exception:
+def _wrapped(region: memoryview, start: int, end: int) -> bytes:
+    """``region[start:end]`` as a JSON array, without the whitespace around it (which may be most of it)."""
+    found = _NON_SPACE.search(region, start, end)
+    if found is None:
+        return b"[]"
+    return b"".join((b"[", region[found.start() : _content_end(region[:end])], b"]"))
+
+
+def _try_file_block(path: str, offset: int, length: int, fn: Finish | None = None) -> Block | BlockError:
     """A worker reads its own block from the file: only offsets cross the process boundary."""
     with open(path, "rb") as fh:
         fh.seek(offset)
-        return _try_block(b"".join((b"[", fh.read(length), b"]")), fn)
+        text = fh.read(length)
+    return _try_block(_wrapped(memoryview(text), 0, len(text)), fn)
 
 
-def _try_block(block: bytes, fn: Finish | None = None) -> Block | Exception:
+def _try_block(block: bytes, fn: Finish | None = None) -> Block | BlockError:
     try:
         return _block(block, fn)
-    except msgspec.DecodeError as exc:  # ValidationError included
+    except BlockError as exc:
         return exc
 
 
 def _block(block: bytes, fn: Finish | None) -> Block:
-    events, phases = decode_block(block)
+    decoded = decode_block(block)
     if fn is None:
-        return Block(events, phases)
-    rest, spans, skipped = fn(events)
-    return Block(rest, phases, spans, skipped)
+        return Block(decoded.frame, decoded.phases, repairs=decoded.repairs)
+    rest, spans, skipped = fn(decoded.frame)
+    return Block(rest, decoded.phases, spans, skipped, decoded.repairs)
 
 
 def _cuts(region: memoryview) -> list[tuple[int, int]]:
     """(start, end) of blocks of about BLOCK_BYTES, each ending at a possible event boundary."""
     cuts, pos, end = [], 0, len(region)
-    while pos < end and _NON_SPACE.search(region, pos):
+    while pos < end and (found := _NON_SPACE.search(region, pos)):
+        pos = found.start()
         cut = _next_boundary(region, pos + BLOCK_BYTES, end)
         cuts.append((pos, cut))
         pos = cut + 1
     return cuts
 
 
-_MAX_EXTENSIONS = 8
 _NON_SPACE = re.compile(rb"\S")
+_SEPARATOR = re.compile(rb"\s*,?\s*")
 _MAX_TAIL_TRIES = 64
-_BYTE = re.compile(r"\(byte (\d+)\)")
-
-
-def _error_offset(exc: msgspec.DecodeError, length: int) -> int:
-    """Where in the block body the decoder gave up (the end, for truncated input)."""
-    match = _BYTE.search(str(exc))
-    return min(length, int(match.group(1))) if match else length
 
 
 def _next_boundary(region: memoryview, target: int, end: int) -> int:
@@ -392,16 +370,40 @@ def _next_boundary(region: memoryview, target: int, end: int) -> int:
     return end
 
 
-def _last_whole_prefix(region: memoryview, pos: int, cut: int, failed_at: int) -> int | None:
-    """The end of the longest run of whole events in ``region[pos:cut]`` before the decoder failed."""
+def _last_whole_prefix(region: memoryview, pos: int, cut: int) -> int | None:
+    """The end of the longest run of whole events in ``region[pos:cut]``, whose end is cut off.
+
+    The last few possible event ends are tried first (the usual cut: mid-way through the last event).
+    When none reads, the damage is further back: the event ends found by following strings and brackets
+    are searched by halving, so the same prefix is found whatever block the search starts in."""
     text = region[pos:cut].tobytes()
-    ends = [m.start() + 1 for m in _BOUNDARY.finditer(text, 0, failed_at + 1)]
-    closing = text.rfind(b"}", 0, failed_at + 1)
+    ends = [m.start() + 1 for m in _BOUNDARY.finditer(text)]
+    closing = text.rfind(b"}")
     candidates = sorted({*ends[-_MAX_TAIL_TRIES:], closing + 1} - {0}, reverse=True)
     for end in candidates[:_MAX_TAIL_TRIES]:
-        try:
-            _PROBE.decode(b"[" + text[:end] + b"]")
+        if _syntax_ok(b"[" + text[:end] + b"]"):
             return pos + end
-        except _DECODE_ERRORS:
-            continue
+    below = [end for end in jsonbytes.event_ends(text) if end < min(candidates, default=len(text) + 1)]
+    low, high = 0, len(below)  # below[:low] read, below[high:] do not
+    while low < high:
+        mid = (low + high) // 2
+        if _syntax_ok(b"[" + text[: below[mid]] + b"]"):
+            low = mid + 1
+        else:
+            high = mid
+    if low:
+        return pos + below[low - 1]
     return pos if text.lstrip()[:1] in (b"{", b"") else None
+
+
+def _syntax_ok(text: bytes) -> bool:
+    """Whether ``text`` is valid JSON (deep values included)."""
+    text = jsonbytes.fix_unicode(text)[0]
+    try:
+        try:
+            _PROBE.decode(text)
+        except RecursionError:
+            _PROBE.decode(jsonbytes.flatten_deep(text)[0])
+        return True
+    except _DECODE_ERRORS:
+        return False
