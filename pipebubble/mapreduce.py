@@ -13,7 +13,6 @@ import io
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -24,7 +23,7 @@ from pipebubble.analysis.pipeline_report import reduce_stages
 from pipebubble.analysis.registry import lanes_part, serving_part, stages_part
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
-from pipebubble.options import EXECUTORS, Options, Scale
+from pipebubble.options import Options, Scale
 from pipebubble.report import IngestSummary, Interference, Lane, Report, Segment
 
 
@@ -133,17 +132,13 @@ def summarize(parts: list[FilePart]) -> IngestSummary:
 
 def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable[[str], None] | None = None) -> Report:
     """Map every trace file on ``scale``'s executor, then reduce here (``pipebubble.run`` is the way in)."""
-    jobs = [(str(f), i) for i, f in enumerate(files)]
-    if scale.executor == "ray":
-        blobs = _on_ray(jobs, options, scale.use_cache, scale.workers, scale.ray_address, on_file)
-    elif scale.executor == "local":
-        blobs = _on_pool(jobs, options, scale.use_cache, scale.workers, on_file)
-    else:
-        from pipebubble.errors import PipebubbleError
+    from pipebubble import executor
+    from pipebubble.ingest import cache
 
-        raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
-    report = reduce([decode(b) for b in blobs], options)
-    return _once_each(report)
+    cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
+    jobs = [(str(f), i) for i, f in enumerate(files)]
+    blobs = executor.each(jobs, map_file, scale, on_file, options=options, use_cache=scale.use_cache)
+    return _once_each(reduce([decode(b) for b in blobs], options))
 
 
 def _once_each(report: Report) -> Report:
@@ -152,37 +147,6 @@ def _once_each(report: Report) -> Report:
     if len(unique) == len(report.ingest.warnings):
         return report
     return replace(report, ingest=replace(report.ingest, warnings=unique))
-
-
-def _on_pool(jobs, options, use_cache, workers, on_file) -> list[bytes]:
-    from pipebubble.ingest import each_file
-
-    return each_file(jobs, partial(map_file, options=options, use_cache=use_cache), workers, on_file)
-
-
-def _on_ray(jobs, options, use_cache, workers, address, on_file) -> list[bytes]:
-    try:
-        import ray
-    except ImportError:
-        from pipebubble.errors import PipebubbleError
-
-        raise PipebubbleError("--executor ray needs Ray: pip install 'pipebubble[ray]'") from None
-    if not ray.is_initialized():
-        ray.init(
-            address=address,
-            num_cpus=None if address else workers,
-            include_dashboard=False,
-            ignore_reinit_error=True,
-            log_to_driver=False,
-            configure_logging=False,
-        )
-    task = ray.remote(map_file)
-    refs = [task.remote(path, i, options, use_cache) for path, i in jobs]
-    out = ray.get(refs)
-    if on_file:
-        for path, _ in jobs:
-            on_file(path)
-    return out
 
 
 # --- the part as bytes: Arrow IPC tables in a msgpack envelope ---

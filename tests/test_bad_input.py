@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import _pool, chrome
+from pipebubble.executor import pool as _pool
+from pipebubble.ingest import chrome
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

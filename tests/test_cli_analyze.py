@@ -78,7 +78,6 @@ def test_parallel_block_decoding_matches_serial(tmp_path, monkeypatch, workers):
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
     serial = load([path], use_cache=False, workers=1).spans
     monkeypatch.setattr(jsontrace, "BLOCK_BYTES", 10_000)
-    monkeypatch.setattr("pipebubble.ingest._worth_splitting", lambda p: True)
     split = load([path], use_cache=False, workers=workers).spans
     assert split.equals(serial) and serial.height == 2000
 

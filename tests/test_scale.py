@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from synth import simulate, write_pipeline
 
-from pipebubble import ingest
+from pipebubble import executor, ingest
 from pipebubble.mapreduce import decode, encode, map_spans
 from pipebubble.options import Options, Scale
 from pipebubble.run import run
@@ -29,7 +29,7 @@ def test_part_survives_its_bytes(folder):
 
 def test_local_pool_matches_in_process(folder, monkeypatch):
     serial = run([folder], Options(), Scale(workers=1, use_cache=False)).to_dict()
-    monkeypatch.setattr(ingest, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(executor, "PARALLEL_BYTES", 0)
     pooled = run([folder], Options(), Scale(workers=2, use_cache=False)).to_dict()
     assert pooled == serial
     assert serial["pipeline"]["stages"] == 6 and serial["pipeline"]["microbatches"] == 12

@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from functools import partial
-from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import cache
+from pipebubble.ingest import cache, readers
 from pipebubble.ingest.base import FileResult
 
 if TYPE_CHECKING:  # polars loads only when traces are read, so a cached report comes back fast
     import polars as pl
 
-JSON_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
-NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 #: What `pipebubble capture` writes beside its traces (command, versions, devices): not a trace.
 CAPTURE_METADATA = "capture.json"
 #: Name endings of files in a trace folder that are not traces (yet): capture's status and partial files.
 NOT_TRACES = (".tmp", ".partial.json.gz", ".status.json")
-#: Below this many bytes in all, starting worker processes costs more than it saves.
-PARALLEL_BYTES = 16 << 20
 
 
 @dataclass
@@ -56,9 +49,9 @@ def find_traces(paths: Iterable[Path]) -> list[Path]:
     for path in paths:
         if not path.exists():
             raise TraceFormatError(path, "no such file or directory")
-        if path.is_dir() and not _is_parquetdir(path):
+        if path.is_dir() and not readers.is_trace_dir(path):
             inside = sorted(
-                p for p in path.iterdir() if _is_trace_name(p) or (_is_parquetdir(p) and not _is_unfinished(p))
+                p for p in path.iterdir() if _is_trace_name(p) or (readers.is_trace_dir(p) and not _is_unfinished(p))
             )
             if not inside:
                 raise TraceFormatError(
@@ -80,35 +73,14 @@ def load(
     """Read all traces under ``paths`` into one span table. ``on_file`` is called as each file is done."""
     import polars as pl
 
-    from pipebubble import spans
+    from pipebubble import executor, spans
+    from pipebubble.options import Scale
 
-    files = find_traces(paths)
-    jobs = [(f, i) for i, f in enumerate(files)]
-    done = each_file(jobs, partial(read_file, use_cache=use_cache), workers, on_file)
+    cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
+    jobs = [(str(f), i) for i, f in enumerate(find_traces(paths))]
+    done = executor.each(jobs, read_file, Scale(workers=workers), on_file, use_cache=use_cache)
     table = pl.concat([spans_of(r) for r in done], how="vertical") if done else spans.empty()
     return Ingested(table, done)
-
-
-def each_file(jobs: list[tuple], fn: Callable, workers: int | None, on_done: Callable | None = None) -> list:
-    """``fn(path, position, workers=n)`` for every (path, position) job, in order: in this process one file at
-    a time (a lone big file gets all cores for its blocks), or one file per process in a pool when there
-    are several files and enough bytes to be worth the processes' start-up."""
-    cores = workers or os.cpu_count() or 1
-    if len(jobs) == 1 or cores <= 1 or sum(_size(Path(p)) for p, _ in jobs) < PARALLEL_BYTES:
-        out = []
-        for path, i in jobs:
-            out.append(fn(path, i, workers=cores if len(jobs) == 1 else 1))
-            if on_done:
-                on_done(path)
-        return out
-    with _pool(min(cores, len(jobs))) as pool:
-        futures = [pool.submit(fn, path, i) for path, i in jobs]
-        out = []
-        for (path, _), future in zip(jobs, futures, strict=True):
-            out.append(future.result())
-            if on_done:
-                on_done(path)
-        return out
 
 
 def read_file(path: Path | str, position: int = 0, use_cache: bool = True, workers: int = 1) -> FileResult:
@@ -119,7 +91,8 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     entry_key = cache.key(path)
     result = cache.get(path, entry_key) if use_cache else None
     if result is None:
-        pool = _pool(workers) if workers > 1 and _worth_splitting(path) else None
+        splits = workers > 1 and readers.reader_for(path).splits(path)
+        pool = _pool(workers) if splits else None  # the blocks of one big file
         try:
             result = _read_somewhere(path, position, pool, entry_key)
         finally:
@@ -154,8 +127,9 @@ def _read_somewhere(path: Path, position: int, pool: Executor | None, entry_key:
     """Read ``path`` with its spill and scratch in the cache; when writing there fails (a full or
     read-only volume), again in a temporary folder, then in memory. Only the trace's own errors are
     the trace's: a cache problem is a warning, never a TraceFormatError."""
-    spills = _spills(path)
-    writes = spills or _writes_files(path)
+    reader = readers.reader_for(path)
+    spills = reader.spills(path)
+    writes = spills or reader.writes_files(path)
     tried: list[Path] = []
     while True:
         work = cache.work_dir() if writes else None
@@ -180,37 +154,7 @@ def _read_somewhere(path: Path, position: int, pool: Executor | None, entry_key:
 
 def _read(path: Path, position: int, pool: Executor | None, work: Path | None, spill: Path | None) -> FileResult:
     """Read one trace with the reader its format needs; ``work`` holds exports and gunzipped scratch."""
-    if _is_parquetdir(path) or path.name.endswith(NSYS_SUFFIXES) or _has_sqlite_magic(path):
-        from pipebubble.ingest import nsys
-
-        return nsys.read(path, work)
-    from pipebubble.ingest import chrome
-
-    return chrome.read(path, position, pool, work / "scratch" if work is not None else None, spill)
-
-
-def _writes_files(path: Path) -> bool:
-    """Whether reading ``path`` needs a folder (besides a spill): a big gzipped trace is gunzipped to disk,
-    an Nsight report is exported to SQLite. Other reads never touch the cache folder."""
-    if path.name.endswith((".nsys-rep", ".qdrep")):
-        return True
-    if not path.is_file():
-        return False
-    with open(path, "rb") as fh:
-        if fh.read(2) != b"\x1f\x8b":
-            return False
-    from pipebubble.ingest.jsontrace import GUNZIP_TO_DISK
-
-    return path.stat().st_size >= GUNZIP_TO_DISK
-
-
-def _spills(path: Path) -> bool:
-    """Whether a JSON trace is too big for memory (``PIPEBUBBLE_SPILL_BYTES`` of text, default 256 MB; gzip
-    counted tenfold), so its span table goes to Parquet files in a spill folder."""
-    if not path.is_file() or path.name.endswith(NSYS_SUFFIXES):
-        return False
-    limit = int(os.environ.get("PIPEBUBBLE_SPILL_BYTES", 256 << 20))
-    return path.stat().st_size * (10 if path.name.endswith(".gz") else 1) >= limit
+    return readers.reader_for(path).read(path, readers.Where(position, pool, work, spill))
 
 
 def spans_of(result: FileResult):
@@ -223,29 +167,17 @@ def spans_of(result: FileResult):
     return result.spans
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    from pipebubble import _worker
+def _pool(workers: int) -> Executor:
+    from pipebubble import executor
 
-    cache.clean_at_exit()  # a worker's fallback folder outlives the worker: this process removes it
-    return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker.init)
-
-
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
-
-
-def _worth_splitting(path: Path) -> bool:
-    """A JSON file of several decode blocks (gzip shrinks Kineto JSON about tenfold)."""
-    from pipebubble.ingest.jsontrace import BLOCK_BYTES
-
-    size = path.stat().st_size * (10 if path.name.endswith(".gz") else 1)
-    return path.is_file() and not path.name.endswith(NSYS_SUFFIXES) and size > 2 * BLOCK_BYTES
+    cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
+    return executor.pool(workers)
 
 
 def _is_trace_name(path: Path) -> bool:
     return (
         path.is_file()
-        and path.name.endswith(JSON_SUFFIXES + NSYS_SUFFIXES)
+        and path.name.endswith(readers.TRACE_SUFFIXES)
         and path.name != CAPTURE_METADATA
         and not _is_unfinished(path)
     )
@@ -255,14 +187,3 @@ def _is_unfinished(path: Path) -> bool:
     """Hidden files and what `pipebubble capture` writes while it runs (a status file, a partial trace):
     a killed capture leaves them beside its traces, and they are not traces."""
     return path.name.startswith(".") or path.name.endswith(NOT_TRACES)
-
-
-def _is_parquetdir(path: Path) -> bool:
-    return path.is_dir() and (any(path.glob("*KERNEL*.parquet")) or (path / "StringIds.parquet").exists())
-
-
-def _has_sqlite_magic(path: Path) -> bool:
-    if not path.is_file():
-        return False
-    with open(path, "rb") as fh:
-        return fh.read(16) == b"SQLite format 3\x00"

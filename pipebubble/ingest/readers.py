@@ -1,0 +1,121 @@
+"""The formats ingest reads: one entry per format, saying how a file is recognised, which names a folder's
+traces have, and how the file is read. ``reader_for`` is the one place a file's format is decided; a new
+format is a module with a ``read`` function and one entry in ``READERS``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipebubble.ingest.base import FileResult
+
+
+@dataclass(frozen=True)
+class Where:
+    """What a read may use: the file's position in the job (its rank when nothing else says), a pool for the
+    blocks of one big file, a work folder (exports, gunzipped scratch) and a spill folder for its spans."""
+
+    position: int = 0
+    pool: Executor | None = None
+    work: Path | None = None
+    spill: Path | None = None
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    suffixes: tuple[str, ...]  # the names a folder's traces of this format end with
+    claims: Callable[[Path], bool]  # whether this reader reads ``path`` (name or content)
+    read: Callable[[Path, Where], FileResult]
+    writes_files: Callable[[Path], bool]  # needs a work folder besides a spill
+    spills: Callable[[Path], bool] = lambda path: False  # too big for memory: spans go to Parquet
+    splits: Callable[[Path], bool] = lambda path: False  # worth decoding in parallel blocks
+
+
+# --- Nsight Systems: SQLite exports, parquetdir folders, .nsys-rep/.qdrep reports ---
+
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+
+
+def _nsys_claims(path: Path) -> bool:
+    from pipebubble.ingest import nsys
+
+    return path.name.endswith(NSYS_SUFFIXES) or nsys.sniff(path)
+
+
+def _nsys_read(path: Path, where: Where) -> FileResult:
+    from pipebubble.ingest import nsys
+
+    return nsys.read(path, where.work)
+
+
+def _nsys_writes(path: Path) -> bool:
+    from pipebubble.ingest import nsys
+
+    return path.name.endswith(nsys.REPORT_SUFFIXES)  # exported to SQLite in the work folder first
+
+
+# --- Chrome-trace JSON (torch.profiler/Kineto writes it too), plain or gzipped ---
+
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
+def _json_read(path: Path, where: Where) -> FileResult:
+    from pipebubble.ingest import chrome
+
+    scratch = where.work / "scratch" if where.work is not None else None
+    return chrome.read(path, where.position, where.pool, scratch, where.spill)
+
+
+def _json_text_bytes(path: Path) -> int:
+    """Bytes of JSON text the file holds, about: gzip shrinks Kineto JSON about tenfold."""
+    return path.stat().st_size * (10 if _gzipped(path) else 1)
+
+
+def _gzipped(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def _json_writes(path: Path) -> bool:
+    """A big gzipped trace is gunzipped to a scratch file rather than into memory."""
+    from pipebubble.ingest.jsontrace import GUNZIP_TO_DISK
+
+    return path.is_file() and _gzipped(path) and path.stat().st_size >= GUNZIP_TO_DISK
+
+
+def _json_spills(path: Path) -> bool:
+    """Too big for memory: over ``PIPEBUBBLE_SPILL_BYTES`` of JSON text (default 256 MB)."""
+    return path.is_file() and _json_text_bytes(path) >= int(os.environ.get("PIPEBUBBLE_SPILL_BYTES", 256 << 20))
+
+
+def _json_splits(path: Path) -> bool:
+    """Several decode blocks' worth of JSON text."""
+    from pipebubble.ingest.jsontrace import BLOCK_BYTES
+
+    return path.is_file() and _json_text_bytes(path) > 2 * BLOCK_BYTES
+
+
+READERS = (
+    Reader("nsys", NSYS_SUFFIXES, _nsys_claims, _nsys_read, _nsys_writes),
+    # Last: whatever no other reader claims is read as JSON (its errors say what a JSON trace needs).
+    Reader("json", JSON_SUFFIXES, lambda path: True, _json_read, _json_writes, _json_spills, _json_splits),
+)
+TRACE_SUFFIXES = tuple(s for r in READERS for s in r.suffixes)
+
+
+def reader_for(path: Path) -> Reader:
+    """The reader of ``path``: the first that claims it."""
+    return next(r for r in READERS if r.claims(path))
+
+
+def is_trace_dir(path: Path) -> bool:
+    """A folder that is one trace (an Nsight parquetdir export), not a folder of traces."""
+    return path.is_dir() and _nsys_claims(path)
