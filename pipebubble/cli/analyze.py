@@ -9,11 +9,13 @@ import typer
 from pipebubble.cli import flags
 from pipebubble.cli.flags import OUTPUT
 from pipebubble.cli.output import console_wants_color, progress, warn, write_text
+from pipebubble.options import Options, Scale
 from pipebubble.render import formats
 
 Format = formats.choices("analyze")
 
 
+@flags.analysing
 def analyze(
     paths: flags.Paths,
     format: Annotated[
@@ -34,19 +36,8 @@ def analyze(
         bool, typer.Option("--lanes", help="One timeline row per lane, not per stage.", rich_help_panel=OUTPUT)
     ] = False,
     config: flags.Config = None,
-    stage_by: flags.StageByOpt = None,
-    stage: flags.StageRules = None,
-    pp_size: flags.PpSize = None,
-    rank_order: flags.RankOrder = None,
-    microbatch_regex: flags.MicrobatchRegex = None,
-    wait_threshold: flags.WaitThreshold = None,
-    gpu_cost: flags.GpuCost = None,
-    step_regex: flags.StepRegex = None,
-    tbt_slo: flags.TbtSlo = None,
-    executor: flags.ExecutorOpt = flags.Executor.local,
-    ray_address: flags.RayAddress = None,
-    workers: flags.Workers = None,
-    no_cache: flags.NoCache = False,
+    options: Options = Options(),  # built from the flags by flags.analysing
+    scale: Scale = Scale(),
     quiet: flags.Quiet = False,
 ) -> None:
     """Where the GPUs wait: busy/idle per GPU, stream and thread; per pipeline stage, fill/drain bubbles
@@ -67,11 +58,8 @@ def analyze(
     from pipebubble.ingest import cache
     from pipebubble.run import run
 
-    options = flags.options(config, stage_by=stage_by, stage=stage, pp_size=pp_size, rank_order=rank_order,
-                            microbatch_regex=microbatch_regex, wait_threshold=wait_threshold, gpu_cost=gpu_cost,
-                            step_regex=step_regex, tbt_slo=tbt_slo)
     with progress(paths, quiet) as advance:
-        report = run(paths, options, flags.scale(executor, workers, ray_address, no_cache), on_file=advance)
+        report = run(paths, options, scale, on_file=advance)
     # The cache may have turned out unusable only while the report was stored: say so once as well.
     warn([*report.ingest.warnings, *(w for w in cache.warnings() if w not in report.ingest.warnings)])
     try:

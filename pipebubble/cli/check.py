@@ -9,6 +9,7 @@ import typer
 
 from pipebubble.cli import flags
 from pipebubble.cli.output import warn, write_text
+from pipebubble.options import Options, Scale
 from pipebubble.render import formats
 
 GATES = "Gates"
@@ -21,6 +22,7 @@ def _gate(flag: str, text: str) -> Any:
     return typer.Option(flag, help=text, rich_help_panel=GATES)
 
 
+@flags.analysing
 def check(
     paths: Annotated[list[Path], typer.Argument(help="Trace files, folders of per-rank traces, or one saved "
                                                 "JSON report.")],
@@ -35,19 +37,11 @@ def check(
     max_decode_slowdown: Annotated[float | None, _gate("--max-decode-slowdown", "Most decode step slowdown "
                                                        "when mixed with prefill.")] = None,
     config: flags.Config = None,
+    options: Options = Options(),  # built from the flags by flags.analysing
+    scale: Scale = Scale(),
     format: Annotated[Format, typer.Option("--format", "-f", help="text, json, junit (XML for CI test "
                                            "reports) or github (workflow annotations).")] = Format.text,
     output: flags.Output = None,
-    stage_by: flags.StageByOpt = None,
-    stage: flags.StageRules = None,
-    pp_size: flags.PpSize = None,
-    rank_order: flags.RankOrder = None,
-    microbatch_regex: flags.MicrobatchRegex = None,
-    wait_threshold: flags.WaitThreshold = None,
-    step_regex: flags.StepRegex = None,
-    tbt_slo: flags.TbtSlo = None,
-    workers: flags.Workers = None,
-    no_cache: flags.NoCache = False,
 ) -> None:
     """Gate a run: each gate with its measured value, threshold and PASS/FAIL/SKIP (SKIP: the trace lacks the
     metric, e.g. --max-bubble on a trace that is not a pipeline). Exit 0 when all pass, 1 when any fails,
@@ -74,10 +68,7 @@ def check(
     if not thresholds:
         raise typer.BadParameter("no gates: give a threshold such as --max-bubble 0.3, or a [check] table in "
                                  "pipebubble.toml")
-    options = flags.options(config, stage_by=stage_by, stage=stage, pp_size=pp_size, rank_order=rank_order,
-                            microbatch_regex=microbatch_regex, wait_threshold=wait_threshold,
-                            step_regex=step_regex, tbt_slo=tbt_slo)
-    report = run(paths, options, flags.scale(workers=workers, no_cache=no_cache))
+    report = run(paths, options, scale)
     warn(report.ingest.warnings)
     gates = run_gates(report.to_dict(), thresholds)
     write_text(render_check(gates, format.value), output)

@@ -9,11 +9,13 @@ import typer
 
 from pipebubble.cli import flags
 from pipebubble.cli.output import warn, write_text
+from pipebubble.options import Options, Scale
 from pipebubble.render import formats
 
 Format = formats.choices("diff")
 
 
+@flags.analysing
 def diff(
     base: Annotated[Path, typer.Argument(help="Baseline: a saved JSON report, a trace file or a folder.")],
     new: Annotated[Path, typer.Argument(help="The run to judge: a saved JSON report, a trace file or a folder.")],
@@ -23,16 +25,8 @@ def diff(
                                            "json.")] = Format.text,
     output: flags.Output = None,
     config: flags.Config = None,
-    stage_by: flags.StageByOpt = None,
-    stage: flags.StageRules = None,
-    pp_size: flags.PpSize = None,
-    rank_order: flags.RankOrder = None,
-    microbatch_regex: flags.MicrobatchRegex = None,
-    wait_threshold: flags.WaitThreshold = None,
-    step_regex: flags.StepRegex = None,
-    tbt_slo: flags.TbtSlo = None,
-    workers: flags.Workers = None,
-    no_cache: flags.NoCache = False,
+    options: Options = Options(),  # built from the flags by flags.analysing
+    scale: Scale = Scale(),
 ) -> None:
     """Per stage (matched by index) busy/fill/drain/idle, bubble, step time, stage-time CV, imbalance, lanes
     (matched by id) and new or grown waits. Exit 1 naming each metric that worsened by more than the
@@ -56,10 +50,6 @@ def diff(
         allowed = configuration.parse_fraction(tolerance) if tolerance is not None else cfg.tolerance
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--tolerance") from None
-    options = flags.options(config, stage_by=stage_by, stage=stage, pp_size=pp_size, rank_order=rank_order,
-                            microbatch_regex=microbatch_regex, wait_threshold=wait_threshold,
-                            step_regex=step_regex, tbt_slo=tbt_slo)
-    scale = flags.scale(workers=workers, no_cache=no_cache)
     before, after = run([base], options, scale), run([new], options, scale)
     warn(before.ingest.warnings + after.ingest.warnings)
     result = compare(before.to_dict(), after.to_dict(), 0.05 if allowed is None else allowed)

@@ -7,9 +7,12 @@ the per-file work runs.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
@@ -62,6 +65,47 @@ Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Processes (or Ray CPUs) to use (default: all cores).", rich_help_panel=SCALE)]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span and report caches.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+#: The analysis and scale flags every analysing command takes: (annotation, default) by parameter name.
+ANALYSIS_FLAGS: dict[str, tuple[Any, Any]] = {
+    "stage_by": (StageByOpt, None),
+    "stage": (StageRules, None),
+    "pp_size": (PpSize, None),
+    "rank_order": (RankOrder, None),
+    "microbatch_regex": (MicrobatchRegex, None),
+    "wait_threshold": (WaitThreshold, None),
+    "gpu_cost": (GpuCost, None),
+    "step_regex": (StepRegex, None),
+    "tbt_slo": (TbtSlo, None),
+    "executor": (ExecutorOpt, Executor.local),
+    "ray_address": (RayAddress, None),
+    "workers": (Workers, None),
+    "no_cache": (NoCache, False),
+}
+SCALE_FLAGS = ("executor", "ray_address", "workers", "no_cache")
+
+
+def analysing(command: Callable) -> Callable:
+    """Give ``command`` every analysis and scale flag, defined once here: it declares ``options: Options``
+    and ``scale: Scale`` parameters (and ``config``, the settings file) and receives them built from the
+    flags and ``pipebubble.toml``; its ``--help`` lists the flags as if it had declared each one."""
+    hints = get_type_hints(command, include_extras=True)
+    own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()
+           if p.name not in ("options", "scale")]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+             for name, (annotation, default) in ANALYSIS_FLAGS.items()]
+
+    @functools.wraps(command)
+    def run(**given: Any) -> Any:
+        flags = {name: given.pop(name) for name in ANALYSIS_FLAGS}
+        scale_flags = {name: flags.pop(name) for name in SCALE_FLAGS}
+        return command(**given, options=options(given.get("config"), **flags), scale=scale(**scale_flags))
+
+    run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in (*own, *extra)}
+    del run.__wrapped__  # typer reads the signature above, not the command's own
+    return run
 
 
 def options(
