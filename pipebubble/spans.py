@@ -30,6 +30,30 @@ TIME_LIMIT_NS = 2**62
 
 #: Kinds that occupy a GPU engine: their union is a device lane's busy time.
 GPU_WORK = ("kernel", "memcpy", "memset", "comm")
+#: A thread's work (lanes' busy time, a CPU stage's work): operators, runtime calls, syncs and host-side
+#: communication. Annotations and steps are labels, not work.
+CPU_WORK = ("cpu_op", "runtime", "sync", "comm")
+#: A stage's host activity, kept beside its work to explain its waits: CPU work less communication, which
+#: is the wait itself rather than its cause.
+HOST_WORK = ("cpu_op", "runtime", "sync")
+#: Host work that can hold back the GPU (a launch-bound gap): operators and runtime calls, not syncs.
+HOST_CALLS = ("cpu_op", "runtime")
+
+# The communication rule, for every format. A kernel named like a collective or point-to-point transfer
+# (NCCL/RCCL) is of kind ``comm``; so is a CPU range of a collective library (``gloo:all_reduce``). The
+# analysis also gives the communication role to CPU ranges named like c10d's (``c10d::send``), torch's
+# ``record_param_comms`` and torch.distributed.pipelining's ``PP:{stage}SEND_``/``RECV_``.
+COMM_KERNELS = r"(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)|AllReduce|ReduceScatter|AllGather|SendRecv"
+COLLECTIVE_RANGES = r"^(gloo|nccl|mpi|ucc):"
+COMM_NAMES = "(?i)" + "|".join((COLLECTIVE_RANGES, r"^c10d::", "record_param_comms", r"^PP:\d+(SEND|RECV)_"))
+#: Operators of a backward pass (autograd's engine runs them), for inferring passes without labels.
+BACKWARD_NAMES = r"(?i)backward|autograd::engine"
+
+
+def is_comm() -> pl.Expr:
+    """True for communication: a comm span (NCCL/RCCL kernel, collective) or a CPU range named like one."""
+    return (pl.col("kind") == "comm") | pl.col("name").str.contains(COMM_NAMES)
+
 
 SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String,

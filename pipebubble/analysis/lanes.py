@@ -11,8 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import union_stats
-from pipebubble.analysis.kinds import CPU_WORK
-from pipebubble.spans import GPU_WORK
+from pipebubble.spans import CPU_WORK, GPU_WORK
 
 LANE_COLUMNS = [
     "lane",

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipebubble.analysis.intervals import merge
-from pipebubble.analysis.kinds import HOST_WORK
 from pipebubble.analysis.stages import assign
 from pipebubble.analysis.work import stage_work
 from pipebubble.options import PipelineOptions
+from pipebubble.spans import HOST_WORK
 
 
 @dataclass(frozen=True)

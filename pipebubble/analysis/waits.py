@@ -12,8 +12,8 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import merge
-from pipebubble.analysis.kinds import HOST_CALLS
 from pipebubble.report import Wait
+from pipebubble.spans import HOST_CALLS
 
 PASS_LETTER = {"forward": "F", "backward": "B", "weight": "W"}
 

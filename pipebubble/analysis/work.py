@@ -12,9 +12,8 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import merge, top_level
-from pipebubble.analysis.kinds import BACKWARD_NAMES, CPU_WORK, is_comm
 from pipebubble.analysis.labels import attribute, labels
-from pipebubble.spans import GPU_WORK
+from pipebubble.spans import BACKWARD_NAMES, CPU_WORK, GPU_WORK, is_comm
 
 WORK_COLUMNS = ["stage", "lane", "role", "start", "end", "phase", "microbatch", "chunk", "step"]
 LABEL_KEYS = ["stage", "lane", "role", "phase", "microbatch", "chunk", "step"]

@@ -40,8 +40,6 @@ CATEGORY_KINDS = {
 }
 #: Kinds whose events sit on a GPU (pid = device, tid = stream).
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync_gpu")
-COMM_KERNEL = r"(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)|AllReduce|ReduceScatter|AllGather|SendRecv"
-COMM_CPU = r"^(gloo|nccl|mpi|ucc):"
 HOST_SYNC = r"(?i)synchronize"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _NOT_SPANS = {
@@ -281,9 +279,9 @@ def _kind() -> pl.Expr:
     return (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
-        .when((mapped == "kernel") & pl.col("name").str.contains(COMM_KERNEL))
+        .when((mapped == "kernel") & pl.col("name").str.contains(spans.COMM_KERNELS))
         .then(pl.lit("comm"))
-        .when((mapped == "annotation") & pl.col("name").str.contains(COMM_CPU))
+        .when((mapped == "annotation") & pl.col("name").str.contains(spans.COLLECTIVE_RANGES))
         .then(pl.lit("comm"))
         .when((mapped == "runtime") & pl.col("name").str.contains(HOST_SYNC))
         .then(pl.lit("sync"))

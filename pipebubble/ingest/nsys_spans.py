@@ -12,7 +12,7 @@ from collections import Counter
 
 import polars as pl
 
-from pipebubble.spans import conform
+from pipebubble.spans import COMM_KERNELS, conform
 
 I64 = pl.Int64
 _ID_BITS = 1 << 24
@@ -125,7 +125,7 @@ def device_spans(frame: pl.DataFrame, kind: pl.Expr, name: pl.Expr, skipped: Cou
 def kernels(frame: pl.DataFrame, strings: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:
     # The demangled name carries templates (what profilers show); shortName is the fallback of older exports.
     name = pl.coalesce(lookup("demangledName", strings), lookup("shortName", strings))
-    kind = pl.when(name.str.contains("(?i)nccl|rccl")).then(pl.lit("comm")).otherwise(pl.lit("kernel"))
+    kind = pl.when(name.str.contains(COMM_KERNELS)).then(pl.lit("comm")).otherwise(pl.lit("kernel"))
     return device_spans(frame, kind, name, skipped)
 
 
