@@ -154,6 +154,7 @@ class Pipeline:
     microbatches_inferred: bool = False
     steps: list[StepResult] = field(default_factory=list)
     step_time_ns: int = 0
+    idle_gpu_ns_per_step: int = 0  # GPU time billed without work, per step: the stages' idle summed
     idle_cost_per_hour: float | None = None
     idle_cost_per_step: float | None = None
     effective_price_per_useful_gpu_hour: float | None = None

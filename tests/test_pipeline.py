@@ -31,6 +31,8 @@ def test_gpipe_equal_stages_is_exactly_theory(tmp_path, p, m):
     assert (pipe.stages, pipe.microbatches, pipe.schedule) == (p, m, "gpipe")
     assert pipe.theoretical_bubble_fraction == pytest.approx(float(Fraction(p - 1, m + p - 1)))
     assert pipe.excess_bubble_fraction == pytest.approx(0, abs=1e-12)
+    # p stages idle (p-1)(F+B) each per step: (p-1) fills and drains of one micro-batch's forward and backward.
+    assert pipe.idle_gpu_ns_per_step == p * (p - 1) * 30_000
 
 
 def test_hand_computed_gpipe_two_stages(tmp_path):

@@ -46,6 +46,7 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
         microbatches_inferred=facts["inferred"] and m is not None,
         steps=_step_results(table, wins, p),
         step_time_ns=window // steps if steps else 0,
+        idle_gpu_ns_per_step=idle // steps if steps else 0,
         **_cost(options.gpu_cost, p, bubble, idle, steps),
         recommendations=_recommendations(times, schedule, chunks),
         notes=notes,

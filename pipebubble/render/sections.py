@@ -65,6 +65,9 @@ def header(report: Report) -> list[str]:
              + (f", step {ms(p.step_time_ns)} ms" if p.step_time_ns else "")]
     if p.pipeline_efficiency is not None:
         lines[-1] += f", efficiency {pct(p.pipeline_efficiency)}"
+    if p.idle_gpu_ns_per_step and p.step_time_ns:
+        lines.append(f"idle: {ms(p.idle_gpu_ns_per_step)} GPU-ms per step, of {ms(p.stages * p.step_time_ns)} "
+                     "GPU-ms billed")
     if p.idle_cost_per_hour is not None:
         lines.append(f"idle cost: ${num(p.idle_cost_per_hour)}/hour, ${num(p.idle_cost_per_step, 4)}/step"
                      + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful GPU-hour"
