@@ -173,11 +173,6 @@ class Report:
     timeline: list[Segment] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
-    def __post_init__(self) -> None:
-        """A serving section given in its JSON form (a hand-built report) becomes the typed one."""
-        if isinstance(self.interference, dict):
-            object.__setattr__(self, "interference", Interference.from_dict(self.interference))
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         return from_dict(cls, data)

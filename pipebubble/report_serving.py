@@ -63,12 +63,7 @@ class Episode:
 
 @dataclass(frozen=True)
 class Interference:
-    """Prefill/decode interference in LLM serving (definitions: ``analysis/interference.py``).
-
-    ``keys``: the JSON keys a section read from JSON had, in order, when it lacked some (a hand-written or
-    older report): it is written back with exactly those, so a report round-trips unchanged. None (what the
-    analysis builds): every key.
-    """
+    """Prefill/decode interference in LLM serving (definitions: ``analysis/interference.py``)."""
 
     steps: int | None = None
     classes: list[StepClass] = field(default_factory=list)
@@ -88,7 +83,6 @@ class Interference:
     host_gap_ns: Quantiles | None = None  # p50, p99 of the host time between steps; None: no gap
     gpu_idle_between_steps_ns: int | None = None
     engine_threads: int | None = None
-    keys: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON section: today's keys in their order, each ms key followed by its ``_ns`` twin."""
@@ -119,7 +113,7 @@ class Interference:
             "gpu_step_ns": self._gpu_step(lambda ns: ns),
             "engine_threads": self.engine_threads,
         }
-        return full if self.keys is None else {k: full[k] for k in self.keys if k in full}
+        return full
 
     def _gpu_step(self, convert) -> dict[str, float | None] | None:
         """{class: median GPU span} of the classes that launched GPU work; None when no step did."""
@@ -136,7 +130,7 @@ class Interference:
             return data[ns_key] if ns_key in data else _each(data.get(ms_key), _ns)
 
         known = [f.name for f in fields(cls)]
-        plain = {k: data[k] for k in known if k in data and k not in ("classes", "worst_episodes", "keys")}
+        plain = {k: data[k] for k in known if k in data and k not in ("classes", "worst_episodes")}
         return cls(
             **{k: v for k, v in plain.items() if k not in _NS_FIELDS},
             classes=_classes(data),
@@ -146,7 +140,6 @@ class Interference:
             ns_per_decode_request=ns("ms_per_decode_request", "ns_per_decode_request"),
             step_fit_intercept_ns=ns("step_fit_intercept_ms", "step_fit_intercept_ns"),
             host_gap_ns=quantiles("host_gap_ms", "host_gap_ns"),
-            keys=None if set(JSON_KEYS) <= set(data) else tuple(k for k in data if k in JSON_KEYS),
         )
 
 

@@ -16,6 +16,7 @@ import pytest
 from pipebubble.render import format_from_suffix, render
 from pipebubble.report import (
     IngestSummary,
+    Interference,
     Lane,
     Pipeline,
     Recommendation,
@@ -95,7 +96,7 @@ def serving_report() -> Report:
                     "worst_episodes": [{"start_ns": T0 + 8 * MS, "dur_ns": 5 * MS, "class": "mixed",
                                         "prefill_tokens": 256, "decode_requests": 3, "slowdown": 2.5}]}
     lanes = [_lane("rank0/gpu0", "gpu", 31 * MS, t - T0), _lane("rank0/cpu/100", "cpu", 20 * MS, t - T0)]
-    return Report(_ingest(1), lanes, [], None, [], interference, segs)
+    return Report(_ingest(1), lanes, [], None, [], Interference.from_dict(interference), segs)
 
 
 def lanes_report() -> Report:
@@ -169,7 +170,7 @@ def test_step_zoom_and_unknown_step():
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("interference", [{}, {"steps": 3}, {"iterations": {"decode": 3}, "worst_episodes": [{}]}])
 def test_interference_with_missing_keys(fmt, interference):
-    assert render(replace(serving_report(), interference=interference), fmt, width=80)
+    assert render(replace(serving_report(), interference=Interference.from_dict(interference)), fmt, width=80)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
