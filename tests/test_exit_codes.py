@@ -117,3 +117,16 @@ def test_repros_folder_is_present_or_skipped():
     if not REPROS.exists():
         pytest.skip(f"repros not available ({REPROS} is absent)")
     assert len(_repros()) > 30
+
+
+def _baselines() -> list[Path]:
+    return sorted((REPROS / "baselines").glob("*.json")) if REPROS.exists() else []
+
+
+@pytest.mark.parametrize("path", _baselines(), ids=lambda p: p.name)
+def test_every_saved_baseline_repro_is_gated_or_refused_in_one_line(capsys, path):
+    code, _, err = run(capsys, "check", str(path), "--max-bubble", "0.3")
+    assert code in (0, 2), err
+    assert "Traceback" not in err and "internal error" not in err
+    if code == 2:
+        assert err.count("\n") == 1 and path.name in err
