@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("torch", reason="capture needs torch")
 
-from pipebubble.capture import CaptureOptions, capture, runner  # noqa: E402
+from pipebubble.capture import CaptureOptions, capture, metadata, runner  # noqa: E402
 from pipebubble.errors import CaptureError  # noqa: E402
 
 CLI = "from pipebubble.cli import main; main()"
@@ -172,7 +172,7 @@ def test_a_second_signal_kills_a_program_that_ignores_the_first(tmp_path, reap):
     ],
 )
 def test_secrets_are_redacted(command, expected):
-    assert runner.redact(command) == expected
+    assert metadata.redact(command) == expected
 
 
 def test_capture_json_holds_no_secret(tmp_path):

@@ -6,35 +6,29 @@ sitecustomize in `inject/` (first on the child's PYTHONPATH) starts torch.profil
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipebubble.capture import child
+from pipebubble.capture.metadata import METADATA_NAME, build_metadata, write_metadata
 from pipebubble.errors import CaptureError
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 CONFIG_ENV = "PIPEBUBBLE_CAPTURE"
 OWNER_ENV = "PIPEBUBBLE_CAPTURE_OWNER"
-# "PID" or "PID:launcher": the capture process that started this one (see the hook's _die_with_parent).
+# "PID" or "PID:launcher": the capture process that started this one (see inject/_pipebubble_parent.py).
 PARENT_ENV = "PIPEBUBBLE_CAPTURE_PARENT"
-METADATA_NAME = "capture.json"
 MODES = ("steps", "run")
 TRACE_PATTERN = "rank*.pt.trace.json.gz"
 STATUS_PATTERN = ".rank*.status.json"
 # What a rank leaves behind only when it dies mid-write: a trace being exported, a status being written.
 LEFTOVER_PATTERNS = (".rank*.partial.json.gz", ".rank*.tmp", f".{METADATA_NAME}.tmp")
-PR_SET_PDEATHSIG = 1
-SECRET_WORDS = re.compile(r"key|token|password|passwd|secret", re.IGNORECASE)
-REDACTED = "***"
 
 _PROBLEMS = {
     "own_profiler": "rank {rank}: the program runs its own torch.profiler, so pipebubble stepped aside and "
@@ -70,17 +64,17 @@ def capture(command: Sequence[str], options: CaptureOptions, about: dict | None 
     _check(command, options)
     out = options.out.resolve()
     _prepare(out)
-    exit_code = _run(command, _child_env(out, options))
+    exit_code = child.run(command, _child_env(out, options))
     statuses, unreadable = _collect_statuses(out)
     _remove_leftovers(out)
     traces = tuple(sorted(out.glob(TRACE_PATTERN), key=_rank_of))
     # An unreadable status still shows that a rank profiled: "nothing was profiled" would mislead.
     warnings = unreadable + (_warnings(statuses, options, exit_code) if statuses or not unreadable else [])
-    metadata = out / METADATA_NAME
-    _write_metadata(metadata, _metadata(command, options, exit_code, statuses, about))
+    path = out / METADATA_NAME
+    write_metadata(path, build_metadata(command, options, exit_code, statuses, about))
     if not traces and exit_code == 0:
         raise CaptureError("; ".join(warnings) or "the command wrote no trace")
-    return CaptureResult(exit_code, traces, metadata, tuple(warnings))
+    return CaptureResult(exit_code, traces, path, tuple(warnings))
 
 
 def _check(command: Sequence[str], options: CaptureOptions) -> None:
@@ -127,76 +121,6 @@ def _child_env(out: Path, options: CaptureOptions) -> dict[str, str]:
     env[PARENT_ENV] = f"{os.getpid()}:launcher"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(INJECT_DIR), env.get("PYTHONPATH")) if p)
     return env
-
-
-def _run(command: Sequence[str], env: dict[str, str]) -> int:
-    """Start the child in its own session, so a terminal Ctrl-C reaches it once, forwarded by us.
-
-    On Linux the child is also killed when this process dies, even by SIGKILL, so no program is left
-    running unobserved after a capture that was killed."""
-    try:
-        child = subprocess.Popen(list(command), env=env, start_new_session=True, preexec_fn=_die_with_us())
-    except OSError as exc:
-        raise CaptureError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
-    with _forwarding_signals(child):
-        code = child.wait()
-    return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
-
-
-def _die_with_us() -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGKILL the child when this process dies (Linux; else None).
-
-    The parent-death signal follows the thread that forked, which is the one that waits for the child.
-    libc is looked up here, before the fork, so the child only makes the call. The parent may die
-    between fork and prctl, too late for the signal: the child then kills itself."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent, option, deathsig = os.getpid(), ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(int(signal.SIGKILL))
-
-    def arm() -> None:
-        prctl(option, deathsig)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
-
-
-@contextmanager
-def _forwarding_signals(child: subprocess.Popen) -> Iterator[None]:
-    """While waiting, pass SIGINT/SIGTERM on to the child's process group and keep waiting.
-
-    The group is what a terminal would have signalled; the program then exits on its own terms and its
-    profiler flushes. A second signal means "now": the group is killed. Signal handlers can only be set
-    on the main thread; elsewhere the caller's own handling stays (the child still dies with us)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def forward(signum, frame) -> None:
-        received.append(signum)
-        _signal_group(child, signum if len(received) == 1 else signal.SIGKILL)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _signal_group(child: subprocess.Popen, signum: int) -> None:
-    """Signal the child's process group (it leads one: start_new_session), or the child alone if that fails."""
-    try:
-        os.killpg(child.pid, signum)
-    except ProcessLookupError:
-        pass  # everyone in it has exited already
-    except OSError:
-        child.send_signal(signum)
 
 
 def _rank_of(path: Path) -> int:
@@ -253,61 +177,3 @@ def _warnings(statuses: list[dict], options: CaptureOptions, exit_code: int) -> 
             found.append(template.format(rank=status["rank"], detail=detail, wait=options.wait,
                                          warmup=options.warmup))
     return found
-
-
-def _portable(command: Sequence[str]) -> list[str]:
-    # The bundled workloads run under this interpreter; its install path says nothing about the capture.
-    return ["python" if arg == sys.executable else arg for arg in command]
-
-
-def redact(command: Sequence[str]) -> list[str]:
-    """The command with the values of secret-looking arguments replaced by ***, for capture.json.
-
-    capture.json is meant to be shared with the traces, and training commands carry API keys and
-    tokens: `--api-key V`, `--api-key=V`, `HF_TOKEN=V` (as given to env) and `https://user:V@host`.
-    Everything else is kept as typed."""
-    redacted, hide_next = [], False
-    for arg in command:
-        if hide_next and not arg.startswith("--"):
-            redacted.append(REDACTED)
-            hide_next = False
-            continue
-        hide_next = False
-        option, eq, _ = arg.partition("=")
-        if option.startswith("--") and SECRET_WORDS.search(option):
-            hide_next = not eq
-            redacted.append(f"{option}={REDACTED}" if eq else arg)
-        elif eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", option) and SECRET_WORDS.search(option):
-            redacted.append(f"{option}={REDACTED}")
-        else:
-            redacted.append(re.sub(r"(://[^/\s:@]+:)[^/\s@]+@", rf"\g<1>{REDACTED}@", arg))
-    return redacted
-
-
-def _write_metadata(path: Path, metadata: dict) -> None:
-    """Write capture.json whole or not at all (temporary name, then rename)."""
-    partial = path.with_name(f".{path.name}.tmp")
-    try:
-        partial.write_text(json.dumps(metadata, indent=2) + "\n")
-        os.replace(partial, path)
-    except OSError as exc:
-        with suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise CaptureError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-
-def _metadata(command, options, exit_code, statuses, about) -> dict:
-    first = statuses[0] if statuses else {}
-    return {
-        "tool": "pipebubble capture",
-        "command": redact(_portable(command)),
-        "exit_code": exit_code,
-        "mode": options.mode,
-        "schedule": {"wait": options.wait, "warmup": options.warmup, "active": options.active},
-        "record_shapes": options.record_shapes,
-        "torch": first.get("torch"),
-        "world_size": first.get("world_size", len(statuses) or None),
-        "python": sys.version.split()[0],
-        "ranks": [{k: s.get(k) for k in ("rank", "devices", "optimizer_steps", "trace", "problem")} for s in statuses],
-        **({"workload": about} if about else {}),
-    }

@@ -2,11 +2,11 @@
 
 Standard library only until the program imports torch; then it decides whether this process is one to
 profile (a worker, not torchrun's agent, not a child of a profiled process) and drives torch.profiler.
-The runner passes its settings as JSON in the PIPEBUBBLE_CAPTURE environment variable.
+The runner passes its settings as JSON in the PIPEBUBBLE_CAPTURE environment variable. Its helpers sit
+next to it and are loaded by file path, like it: the child's interpreter needs no pipebubble install.
 """
 
 import atexit
-import importlib.abc
 import importlib.util
 import json
 import os
@@ -14,15 +14,26 @@ import signal
 import sys
 import threading
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sibling(name: str):
+    """Load the module `name`.py next to this file (by path: the program's sys.path is its own)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_files = _sibling("_pipebubble_files")
+_imports = _sibling("_pipebubble_imports")
+_parent = _sibling("_pipebubble_parent")
+
 CONFIG_ENV = "PIPEBUBBLE_CAPTURE"
 # Set by a profiled process for its own children: a fork/spawn child (DataLoader worker, multiprocessing)
 # inherits it and so knows it is not a process to profile.
 OWNER_ENV = "PIPEBUBBLE_CAPTURE_OWNER"
-# "PID" or "PID:launcher", set by each process of the capture for its children: who started them, and
-# whether that process starts its children from the thread that outlives them (see _die_with_parent).
-PARENT_ENV = "PIPEBUBBLE_CAPTURE_PARENT"
-_LAUNCHERS = ("torchrun", "torch/distributed/run.py", "torch/distributed/launch.py")
-_PR_SET_PDEATHSIG = 1
+PARENT_ENV = _parent.PARENT_ENV
 
 
 def install() -> None:
@@ -30,126 +41,39 @@ def install() -> None:
     if not raw:
         return
     try:
-        _die_with_parent()
+        _parent.die_with_parent()
     except Exception as exc:  # only a safety net: profiling goes ahead without it
         _warn(f"pid {os.getpid()} will not die with its parent: {exc!r}")
-    os.environ[PARENT_ENV] = str(os.getpid())
+    _parent.become_parent()
     if os.environ.get(OWNER_ENV):
         return
     config = json.loads(raw)
-    sys.meta_path.insert(0, _AfterImport({
+    callbacks = {
         "torch": lambda torch: _on_torch(torch, config),
         "torch.distributed.pipelining.schedules": _on_pipelining,
-    }))
+    }
+    sys.meta_path.insert(0, _imports.AfterImport(callbacks, _not_started))
 
 
 def _warn(message: str) -> None:
     print(f"pipebubble: {message}", file=sys.stderr)
 
 
-def _die_with_parent() -> None:
-    """Have the kernel SIGKILL this process when its parent dies, where that is safe (Linux only).
-
-    A killed capture kills its child; this carries that down the tree, so torchrun's workers (in
-    sessions of their own, out of reach of a process-group signal) do not outlive a killed torchrun.
-    The signal fires when the parent *thread* that started us ends, and on purpose when the parent
-    ends, so it is set only where neither can surprise a program: the parent is a process of this
-    capture and either a launcher (which starts and waits for its children on its main thread) or a
-    single-threaded process in our own session (a child put in a new session may be meant to outlive it)."""
-    pid, _, kind = os.environ.get(PARENT_ENV, "").partition(":")
-    parent = os.getppid()
-    if not sys.platform.startswith("linux") or pid != str(parent):
-        return
-    if kind != "launcher" and not (_threads(parent) == 1 and _same_session(parent)):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(int(signal.SIGKILL)))
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the signal was set: too late for it to fire
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _threads(pid: int) -> int:
-    """How many threads process `pid` runs (0 when that cannot be read)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _same_session(pid: int) -> bool:
-    try:
-        return os.getsid(0) == os.getsid(pid)
-    except OSError:
-        return False
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls callbacks[name](module) once that module has finished executing (a post-import hook)."""
-
-    def __init__(self, callbacks):
-        self.callbacks = dict(callbacks)
-
-    def find_spec(self, name, path=None, target=None):
-        # Only wrap here: importlib.util.find_spec("torch") (a probe, no import) comes through too.
-        if name not in self.callbacks:
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if finder is not self and find else None
-            if spec is not None and spec.loader is not None:
-                spec.loader = _ThenCall(spec.loader, lambda module: self._fire(name, module))
-                return spec
-        return None
-
-    def _fire(self, name, module):
-        callback = self.callbacks.pop(name, None)
-        if callback is not None:
-            callback(module)
-
-
-class _ThenCall:
-    def __init__(self, loader, callback):
-        self._loader, self._callback = loader, callback
-
-    def __getattr__(self, attr):
-        return getattr(self._loader, attr)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        module.__loader__ = module.__spec__.loader = self._loader
-        try:
-            self._callback(module)
-        except Exception as exc:  # profiling must never break the user's program
-            _warn(f"profiling not started in pid {os.getpid()}: {exc!r}")
-
-
-def _is_launcher() -> bool:
-    argv0 = (sys.argv[0] if sys.argv else "").replace(os.sep, "/")
-    return any(argv0.endswith(name) for name in _LAUNCHERS)
+def _not_started(exc: Exception) -> None:
+    _warn(f"profiling not started in pid {os.getpid()}: {exc!r}")
 
 
 def _should_profile(config) -> bool:
-    launcher = _is_launcher()
+    launcher = _parent.is_launcher()
     if "RANK" in os.environ:
         return not launcher
     return not (launcher or config.get("only_ranks"))
 
 
 def _on_torch(torch, config) -> None:
-    if _is_launcher():
+    if _parent.is_launcher():
         # torchrun imports torch before it starts the workers, so they see this: they may die with it.
-        os.environ[PARENT_ENV] = f"{os.getpid()}:launcher"
+        _parent.become_parent(launcher=True)
     if not _should_profile(config):
         return
     os.environ[OWNER_ENV] = str(os.getpid())
@@ -158,11 +82,7 @@ def _on_torch(torch, config) -> None:
 
 def _on_pipelining(schedules) -> None:
     if os.environ.get(OWNER_ENV) == str(os.getpid()):
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_pipebubble_pplabels.py")
-        spec = importlib.util.spec_from_file_location("_pipebubble_pplabels", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.install(schedules)
+        _sibling("_pipebubble_pplabels").install(schedules)
 
 
 class _Session:
@@ -173,7 +93,7 @@ class _Session:
         self.pid = os.getpid()
         self.rank = int(os.environ.get("RANK", "0"))
         self.total = config["wait"] + config["warmup"] + config["active"]
-        self.trace = os.path.join(config["out"], f"rank{self.rank}.pt.trace.json.gz")
+        self.trace = _files.trace_path(config["out"], self.rank)
         self.steps, self.optimizer = 0, None
         self.recording = self.window_done = self.finished = self.dist_in_trace = False
         self.written, self.problem, self.hook = False, None, None
@@ -242,19 +162,15 @@ class _Session:
             self.dist_in_trace = True
 
     def _write(self, prof) -> None:
-        """Export under a hidden temporary name, then rename: a trace name only ever holds a whole trace.
+        """Export the trace, whole or not at all (see _pipebubble_files).
 
-        The pid in the temporary name keeps two processes that claim the same rank from mixing their
-        halves. A failure is recorded, not raised: this runs inside the program's step() or exit."""
+        A failure is recorded, not raised: this runs inside the program's step() or exit."""
         if self.problem is not None and self.problem.startswith("own_profiler"):
             return
-        partial = os.path.join(self.config["out"], f".rank{self.rank}.{self.pid}.partial.json.gz")
         try:
-            prof.export_chrome_trace(partial)
-            os.replace(partial, self.trace)
+            _files.write_trace(prof.export_chrome_trace, self.config["out"], self.rank, self.pid, self.trace)
         except Exception as exc:
             self.problem = self.problem or f"flush_failed: {exc!r}"
-            _remove(partial)
             return
         self.written = True
 
@@ -326,7 +242,7 @@ class _Session:
             self.problem = f"before_active: the program ended after {self.steps} optimizer step(s)"
 
     def _write_status(self) -> None:
-        """Tell the runner how this rank went, in a hidden file renamed into place once whole.
+        """Tell the runner how this rank went, in a file that appears only once whole.
 
         Runs at exit: a failure is one line on stderr, never a traceback after the program's output."""
         status = {
@@ -336,15 +252,9 @@ class _Session:
             "optimizer_steps": self.steps, "trace": os.path.basename(self.trace) if self.written else None,
             "problem": self.problem,
         }
-        out = self.config["out"]
-        path = os.path.join(out, f".rank{self.rank}.status.json")
-        partial = os.path.join(out, f".rank{self.rank}.{self.pid}.status.tmp")
         try:
-            with open(partial, "w") as f:
-                json.dump(status, f)
-            os.replace(partial, path)
+            _files.write_status(status, self.config["out"], self.rank, self.pid)
         except Exception as exc:
-            _remove(partial)
             _warn(f"rank {self.rank}: could not report to pipebubble capture: {exc}")
 
     def _devices(self) -> list:
@@ -354,10 +264,3 @@ class _Session:
             return ["cpu"] + ([cuda.get_device_name(i) for i in range(cuda.device_count())] if used else [])
         except Exception:  # a GPU gone bad by exit time must not cost the rank its status
             return ["cpu"]
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
