@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipebubble.ingest import jsontrace, load
-from pipebubble.ingest.jsonevents import parse_us_text
+from pipebubble.ingest.jsoncolumns import parse_us_text
 
 
 def write(tmp_path, doc, name="trace.json"):

@@ -3,6 +3,8 @@
 Kineto facts (checked on real files): ``ts``/``dur`` are µs whatever ``displayTimeUnit`` says; ``ts`` is
 relative to ``baseTimeNanoseconds`` when the header has it, else absolute epoch µs; GPU events carry
 ``pid`` = device and ``tid`` = stream; the rank comes from ``distributedInfo.rank``, never from a pid.
+
+Decoding the JSON is ``jsontrace``; pairing ``B``/``E`` and async ``b``/``e`` events is ``jsonpairs``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from pipebubble import spans
-from pipebubble.ingest import jsontrace
+from pipebubble.ingest import jsonpairs, jsontrace
 from pipebubble.ingest.base import FileResult
 
 # Category -> kind. Old Kineto names (Kernel, Memcpy, Runtime) included; matching is case-insensitive.
@@ -83,7 +85,7 @@ def read(
     header, events = decoded.header, decoded.events
     rank, rank_warning = _rank(header, path, position)
     skipped = _not_spans(decoded.phases) + decoded.skipped
-    paired, unmatched = _paired_spans(events)
+    paired, unmatched = jsonpairs.paired_spans(events)
     skipped.update(unmatched)
     paired_spans, off_device = _to_spans(paired, str(path), rank)
     skipped.update(off_device)
@@ -191,7 +193,7 @@ def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
         pl.when(pl.col("cat") == "Trace").then(pl.lit("profiler_trace")),  # Kineto's own whole-profile span
     )
     x = x.with_columns(reason=reason)
-    skipped = _count(x["reason"])
+    skipped = jsonpairs.count(x["reason"])
     return x.filter(pl.col("reason").is_null()).select(
         "cat",
         "name",
@@ -202,48 +204,6 @@ def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
         start=pl.col("ts_ns"),
         end=end,
     ), skipped
-
-
-def _count(reasons: pl.Series) -> Counter[str]:
-    """Counts of the non-null values of ``reasons``."""
-    counts = reasons.drop_nulls().value_counts()
-    return Counter(dict(zip(counts[reasons.name].to_list(), counts["count"].to_list(), strict=True)))
-
-
-def _paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
-    """``B``/``E`` pairs (a stack per pid/tid) and async ``b``/``e`` pairs (by category, id and name)."""
-    rows = events.filter(pl.col("ph").is_in(["B", "E", "b", "e"]))
-    no_time = pl.when(pl.col("ts_ns").is_null()).then(pl.lit("bad_time"))
-    skipped = _count(rows.select(pl.coalesce("skip", no_time))["skip"])
-    rows = rows.filter(pl.col("skip").is_null() & pl.col("ts_ns").is_not_null())
-    out: list[tuple] = []
-    stacks: dict[tuple, list[tuple]] = {}
-    ordered = rows.with_row_index("order").sort("ts_ns", "order")
-    for ph, cat, name, pid, tid, ts, eid, ext, corr in ordered.select(
-        "ph", "cat", "name", "pid", "tid", "ts_ns", "id", "external_id", "correlation"
-    ).iter_rows():
-        key = (pid, tid) if ph in "BE" else (cat, eid, name)
-        if ph in "Bb":
-            stacks.setdefault(key, []).append((cat, name, pid, tid, ts, ext, corr))
-        elif stacks.get(key):
-            b_cat, b_name, b_pid, b_tid, b_ts, b_ext, b_corr = stacks[key].pop()
-            out.append((b_cat, b_name or name, b_pid, b_tid, b_ext, b_corr, b_ts, ts))
-        else:
-            skipped["unmatched_end" if ph == "E" else "unmatched_async_end"] += 1
-    for key, left in stacks.items():
-        if left:
-            skipped["unmatched_begin" if len(key) == 2 else "unmatched_async_begin"] += len(left)
-    schema = {
-        "cat": pl.String,
-        "name": pl.String,
-        "pid": pl.Int64,
-        "tid": pl.Int64,
-        "external_id": pl.Int64,
-        "correlation": pl.Int64,
-        "start": pl.Int64,
-        "end": pl.Int64,
-    }
-    return pl.DataFrame(out, schema=schema, orient="row"), skipped
 
 
 def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> tuple[pl.DataFrame, Counter[str]]:

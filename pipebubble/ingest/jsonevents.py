@@ -7,14 +7,12 @@ string) is decoded again by the tolerant path (``jsontolerant``), which gives th
 events. Before either, a block's invalid UTF-8 is replaced; a block too deeply nested for the decoder has
 its deep values replaced by ``null`` (``jsonbytes``).
 
-Times are checked here: a ``ts`` or ``dur`` whose nanoseconds do not lie strictly within
-``±spans.TIME_LIMIT_NS`` gets ``skip = "out_of_range"``, a pid/tid that does not fit int64
-``skip = "id_out_of_range"``; the event is counted, never cast with a wrap.
+Both paths build their frame with ``jsoncolumns`` (``build_frame``, ``exact_ts``), where times and ids
+are range-checked: an out-of-range value is counted (``skip``), never cast with a wrap.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -24,12 +22,12 @@ import msgspec
 import polars as pl
 
 from pipebubble.ingest import jsonbytes
-from pipebubble.spans import TIME_LIMIT_NS
+from pipebubble.ingest.jsoncolumns import build_frame, exact_ts
 
-# Floats below 2**43 µs still resolve 1 ns; at or above (absolute epoch µs with a fraction) the text is read.
-_EXACT_FLOAT_US = 2.0**43
-_LIMIT_US = TIME_LIMIT_NS / 1000
+__all__ = ["COLUMNS", "KEPT_PHASES", "BlockError", "BlockEvents", "build_frame", "decode_block", "exact_ts"]
+
 _INT64 = 2**63
+
 COLUMNS = {
     "ph": pl.String,
     "cat": pl.String,
@@ -216,119 +214,6 @@ def _joined(col_x, col_r, n_rest: int):
         return head + (col_r(attr) if rest is None else rest)
 
     return col
-
-
-def build_frame(columns: dict[str, list]) -> pl.DataFrame:
-    """``COLUMNS`` (plus ``big``: ts needs its text read) from per-field lists: ``ts``/``dur`` in float µs,
-    pid/tid as ints or strings, ``skip`` (optional) as reasons found while decoding."""
-    pid, pid_bad = _ids(columns["pid"])
-    tid, tid_bad = _ids(columns["tid"])
-    n = len(pid)
-    frame = pl.DataFrame(
-        {
-            "ph": pl.Series(columns["ph"], dtype=pl.String),
-            "cat": pl.Series(columns["cat"], dtype=pl.String),
-            "name": pl.Series(columns["name"], dtype=pl.String),
-            "pid": pid,
-            "tid": tid,
-            "ts_us": pl.Series(columns["ts"], dtype=pl.Float64, strict=False),
-            "dur_us": pl.Series(columns["dur"], dtype=pl.Float64, strict=False),
-            "id": pl.Series(columns["id"], dtype=pl.String),
-            "external_id": pl.Series(columns["external_id"], dtype=pl.Int64, strict=False),
-            "correlation": pl.Series(columns["correlation"], dtype=pl.Int64, strict=False),
-            "arg_name": pl.Series(columns["arg_name"], dtype=pl.String),
-            "id_bad": pid_bad | tid_bad,
-            "skip": pl.Series(columns.get("skip") or [None] * n, dtype=pl.String),
-        }
-    )
-    ts_ok, dur_ok = _in_range(pl.col("ts_us")), _in_range(pl.col("dur_us"))
-    out_of_range = (pl.col("ts_us").is_not_null() & ~ts_ok) | (pl.col("dur_us").is_not_null() & ~dur_ok)
-    return frame.select(
-        "ph",
-        "cat",
-        "name",
-        "pid",
-        "tid",
-        ts_ns=pl.when(ts_ok).then(_us_to_ns(pl.col("ts_us"))),
-        dur_ns=pl.when(dur_ok).then((pl.col("dur_us") * 1000).round().cast(pl.Int64, strict=False)),
-        id="id",
-        external_id="external_id",
-        correlation="correlation",
-        arg_name="arg_name",
-        skip=pl.coalesce(
-            "skip",
-            pl.when(pl.col("id_bad")).then(pl.lit("id_out_of_range")),
-            pl.when(out_of_range).then(pl.lit("out_of_range")),
-        ),
-        big=ts_ok.fill_null(False) & (pl.col("ts_us").abs() >= _EXACT_FLOAT_US),
-    )
-
-
-def _in_range(us: pl.Expr) -> pl.Expr:
-    """Finite and strictly within the time limit (NaN compares false)."""
-    return us.abs() < _LIMIT_US
-
-
-def _us_to_ns(us: pl.Expr) -> pl.Expr:
-    """Whole µs and the fraction are converted separately so large values do not drift."""
-    whole = us.floor()
-    return whole.cast(pl.Int64, strict=False) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64, strict=False)
-
-
-def exact_ts(frame: pl.DataFrame, texts: list[bytes]) -> pl.DataFrame:
-    """``ts_ns`` from each event's own timestamp text (``texts[i]`` belongs to row ``i``) where a float cannot
-    hold 1 ns (``big``: absolute epoch µs with a fraction, e.g. ``1712195495519695.812``)."""
-    big = frame["big"]
-    text = pl.Series([t.decode("utf-8", "replace") for t in texts], dtype=pl.String).filter(big)
-    exact = pl.Series([None] * frame.height, dtype=pl.Int64).scatter(big.arg_true(), parse_us_text(text))
-    usable = pl.col("big") & (pl.col("exact").abs() < TIME_LIMIT_NS)
-    return (
-        frame.with_columns(exact=exact)
-        .with_columns(ts_ns=pl.when(usable).then("exact").otherwise("ts_ns"))
-        .drop("exact")
-    )
-
-
-def parse_us_text(text: pl.Series) -> pl.Series:
-    """Decimal µs text to int ns exactly (digits below 1 ns are dropped); exponent forms go through float."""
-    parts = text.str.split_exact(".", 1).struct.unnest()
-    whole, frac = parts["field_0"], parts["field_1"].fill_null("").str.slice(0, 3).str.pad_end(3, "0")
-    sign = pl.select(pl.when(text.str.starts_with("-")).then(-1).otherwise(1)).to_series()
-    plain = text.str.contains(r"^-?\d{1,16}(\.\d*)?$")
-    exact = whole.cast(pl.Int64, strict=False) * 1000 + frac.cast(pl.Int64, strict=False) * sign
-    approx = (text.cast(pl.Float64, strict=False) * 1000).round()
-    approx = pl.select(pl.when(approx.abs() < TIME_LIMIT_NS).then(approx)).to_series().cast(pl.Int64, strict=False)
-    return pl.select(pl.when(plain).then(exact).otherwise(approx)).to_series().rename("ts_ns")
-
-
-def _ids(values: list[Any]) -> tuple[pl.Series, pl.Series]:
-    """pid/tid: ints as they are; a string id (generic traces name their processes) maps to a stable int.
-    Also a mask of ids that do not fit int64 (their value is null)."""
-    try:  # strict: a string is never parsed as a number here, so every block maps it the same way
-        return pl.Series(values, dtype=pl.Int64, strict=True), pl.repeat(False, len(values), eager=True)
-    except (TypeError, OverflowError):
-        pass
-    ids = [_stable_id(v) for v in values]
-    bad = pl.Series([v is _TOO_BIG for v in ids], dtype=pl.Boolean)
-    return pl.Series([None if v is _TOO_BIG else v for v in ids], dtype=pl.Int64), bad
-
-
-_TOO_BIG = object()
-
-
-def _stable_id(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else _TOO_BIG
-    text = str(value)
-    digits = text[1:] if text[:1] == "-" else text
-    if digits.isascii() and digits.isdigit():
-        if len(digits) > 19:
-            return _TOO_BIG
-        number = int(text)
-        return number if -_INT64 <= number < _INT64 else _TOO_BIG
-    return -(zlib.crc32(text.encode()) + 1)  # negative: never collides with a real OS pid
 
 
 def _id_text(value: Any) -> str | None:

@@ -1,0 +1,216 @@
+"""The ``traceEvents`` array body cut into blocks at possible event boundaries, each block decoded (in a
+process pool when given: workers read their block from the file, so only offsets cross), and a file cut
+off mid-write read up to its last whole event.
+
+A block boundary may sit inside a string or nested value: a block that fails to decode is joined to the
+next ones and tried again, so the result does not depend on the block size. The block size comes from the
+caller (``jsontrace.BLOCK_BYTES``, read at call time).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import polars as pl
+
+from pipebubble.errors import TraceFormatError
+from pipebubble.ingest import jsonbytes
+from pipebubble.ingest.jsonevents import BlockError, decode_block
+
+NON_SPACE = re.compile(rb"\S")
+_SEPARATOR = re.compile(rb"\s*,?\s*")
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_MAX_TAIL_TRIES = 64
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+_PROBE = msgspec.json.Decoder(list[msgspec.Raw])  # syntax only: is this prefix whole events?
+
+
+@dataclass
+class Block:
+    """One decoded block: its event columns (what ``finish`` left of them), phase counts, and what ``finish``
+    made of it in the process that decoded it (spans, counts of events not kept)."""
+
+    events: pl.DataFrame
+    phases: Counter[str]
+    spans: pl.DataFrame | None = None
+    skipped: Counter[str] = field(default_factory=Counter)
+    repairs: Counter[str] = field(default_factory=Counter)
+
+
+#: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts) out.
+Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter]]
+
+
+class Unverified(Exception):
+    """A quickly located ``traceEvents`` array did not decode to its end."""
+
+
+def content_end(data) -> int:
+    """Length of ``data`` without trailing whitespace (looking only at its tail)."""
+    end = len(data)
+    while end > 0:
+        tail = bytes(data[max(0, end - 4096) : end]).rstrip()
+        if tail:
+            return max(0, end - 4096) + len(tail)
+        end -= 4096
+    return 0
+
+
+def decode_region(
+    path: Path,
+    region: memoryview,
+    at: int,
+    whole: bool | None,
+    pool: Executor | None,
+    on_disk: tuple | None,
+    fn,
+    block_bytes: int,
+) -> list:
+    """Decode the array body (at byte ``at`` of the file) in blocks of about ``block_bytes``: the blocks,
+    then the count of unreadable bytes when there are any.
+
+    A block that fails to decode usually means its boundary sat inside a string or nested value: it is
+    joined to the next blocks (twice as many each try, up to the end) and tried again. What still fails is
+    damage (a TraceFormatError naming its byte) unless the file is cut off (``whole`` False) and the
+    failure is its end: then it is read up to its last whole event. ``whole`` None (the array was located
+    without being verified) raises Unverified instead.
+    """
+    cuts = _cuts(region, block_bytes)
+    if pool is not None and on_disk is not None and len(cuts) > 1:
+        disk, base = on_disk
+        jobs = [pool.submit(_try_file_block, str(disk), base + a, b - a, fn) for a, b in cuts]
+        results: list = [None] * len(cuts)
+        # While the workers start, this process decodes from the far end the blocks none has taken yet.
+        for j in reversed(range(len(cuts))):
+            if not jobs[j].cancel():
+                break
+            a, b = cuts[j]  # read, not mapped: mapped pages would stay in this process's memory
+            results[j] = _try_file_block(str(disk), base + a, b - a, fn)
+        results = [r if r is not None else job.result() for r, job in zip(results, jobs, strict=True)]
+    else:
+        results = [_try_block(_wrapped(region, a, b), fn) for a, b in cuts]
+    blocks: list = []
+    i = 0
+    while i < len(cuts):
+        start, j, step = cuts[i][0], i, 1
+        while isinstance(results[i], BlockError) and j + 1 < len(cuts):
+            j, step = min(len(cuts) - 1, j + step), step * 2
+            results[i] = _try_block(_wrapped(region, start, cuts[j][1]), fn)
+        if not isinstance(results[i], BlockError):
+            blocks.append(results[i])
+            i = j + 1
+            continue
+        if whole is None:
+            raise Unverified
+        error, end = results[i], cuts[j][1]
+        if whole or not error.truncated:
+            first = NON_SPACE.search(region, start).start()
+            where = at + (end if error.offset is None else first + max(0, error.offset - 1))
+            raise TraceFormatError(path, f"malformed JSON at byte {where}: {error.message}")
+        good = _last_whole_prefix(region, start, end)
+        if good is None:
+            raise TraceFormatError(path, f"malformed trace event at byte {at + start}")
+        if good > start:
+            blocks.append(_block(_wrapped(region, start, good), fn))
+        # unread: from the first byte of the partial event, whichever block it was found in
+        return [*blocks, len(region) - _SEPARATOR.match(region, good).end()]
+    return blocks
+
+
+def _wrapped(region: memoryview, start: int, end: int) -> bytes:
+    """``region[start:end]`` as a JSON array, without the whitespace around it (which may be most of it)."""
+    found = NON_SPACE.search(region, start, end)
+    if found is None:
+        return b"[]"
+    return b"".join((b"[", region[found.start() : content_end(region[:end])], b"]"))
+
+
+def _try_file_block(path: str, offset: int, length: int, fn: Finish | None = None) -> Block | BlockError:
+    """A worker reads its own block from the file: only offsets cross the process boundary."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read(length)
+    return _try_block(_wrapped(memoryview(text), 0, len(text)), fn)
+
+
+def _try_block(block: bytes, fn: Finish | None = None) -> Block | BlockError:
+    try:
+        return _block(block, fn)
+    except BlockError as exc:
+        return exc
+
+
+def _block(block: bytes, fn: Finish | None) -> Block:
+    decoded = decode_block(block)
+    if fn is None:
+        return Block(decoded.frame, decoded.phases, repairs=decoded.repairs)
+    rest, spans, skipped = fn(decoded.frame)
+    return Block(rest, decoded.phases, spans, skipped, decoded.repairs)
+
+
+def _cuts(region: memoryview, block_bytes: int) -> list[tuple[int, int]]:
+    """(start, end) of blocks of about ``block_bytes``, each ending at a possible event boundary."""
+    cuts, pos, end = [], 0, len(region)
+    while pos < end and (found := NON_SPACE.search(region, pos)):
+        pos = found.start()
+        cut = _next_boundary(region, pos + block_bytes, end)
+        cuts.append((pos, cut))
+        pos = cut + 1
+    return cuts
+
+
+def _next_boundary(region: memoryview, target: int, end: int) -> int:
+    """Offset of the comma after the first ``}`` at or past ``target`` that may end an event, else ``end``."""
+    window = 1 << 20
+    while target < end:
+        chunk = region[target : min(end, target + window)].tobytes()
+        match = _BOUNDARY.search(chunk)
+        if match:
+            return target + chunk.index(b",", match.start())
+        target += window - 64
+    return end
+
+
+def _last_whole_prefix(region: memoryview, pos: int, cut: int) -> int | None:
+    """The end of the longest run of whole events in ``region[pos:cut]``, whose end is cut off.
+
+    The last few possible event ends are tried first (the usual cut: mid-way through the last event).
+    When none reads, the damage is further back: the event ends found by following strings and brackets
+    are searched by halving, so the same prefix is found whatever block the search starts in."""
+    text = region[pos:cut].tobytes()
+    ends = [m.start() + 1 for m in _BOUNDARY.finditer(text)]
+    closing = text.rfind(b"}")
+    candidates = sorted({*ends[-_MAX_TAIL_TRIES:], closing + 1} - {0}, reverse=True)
+    for end in candidates[:_MAX_TAIL_TRIES]:
+        if _syntax_ok(b"[" + text[:end] + b"]"):
+            return pos + end
+    below = [end for end in jsonbytes.event_ends(text) if end < min(candidates, default=len(text) + 1)]
+    low, high = 0, len(below)  # below[:low] read, below[high:] do not
+    while low < high:
+        mid = (low + high) // 2
+        if _syntax_ok(b"[" + text[: below[mid]] + b"]"):
+            low = mid + 1
+        else:
+            high = mid
+    if low:
+        return pos + below[low - 1]
+    return pos if text.lstrip()[:1] in (b"{", b"") else None
+
+
+def _syntax_ok(text: bytes) -> bool:
+    """Whether ``text`` is valid JSON (deep values included)."""
+    text = jsonbytes.fix_unicode(text)[0]
+    try:
+        try:
+            _PROBE.decode(text)
+        except RecursionError:
+            _PROBE.decode(jsonbytes.flatten_deep(text)[0])
+        return True
+    except _DECODE_ERRORS:
+        return False
