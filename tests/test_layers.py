@@ -1,0 +1,60 @@
+"""Imports point down only (ARCHITECTURE.md): no module imports from a layer above its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipebubble"
+
+#: What each part of the package must never import (a layer above it, or a sibling it must not know).
+FORBIDDEN = {
+    "errors": {"*"},
+    "spans": {"*"},
+    "options": {"*"},
+    "report": {"ingest", "analysis", "render", "run", "mapreduce", "executor", "cli", "capture", "gates", "config"},
+    "report_serving": {"*"},
+    "executor": {"ingest", "analysis", "render", "run", "mapreduce", "cli", "capture", "report", "gates"},
+    "ingest": {"analysis", "render", "run", "mapreduce", "cli", "capture", "report", "gates", "config"},
+    "analysis": {"ingest", "render", "run", "mapreduce", "executor", "cli", "capture", "gates", "config"},
+    "gates": {"ingest", "analysis", "render", "run", "mapreduce", "executor", "cli", "capture"},
+    "config": {"ingest", "analysis", "render", "run", "mapreduce", "executor", "cli", "capture"},
+    "render": {"ingest", "run", "mapreduce", "executor", "cli", "capture", "config"},
+    "mapreduce": {"run", "cli", "capture", "render", "gates", "config"},
+    "run": {"cli", "capture", "render", "gates"},
+    "capture": {"ingest", "analysis", "render", "run", "mapreduce", "executor", "cli", "report", "gates"},
+}
+ALLOWED_BELOW = {"errors", "spans", "options", "report_serving"}  # what "*" still lets a module import
+
+
+def _imports(path: Path) -> set[str]:
+    """The top-level pipebubble modules ``path`` imports (``pipebubble.ingest.cache`` -> ``ingest``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "pipebubble" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        part = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        if part in FORBIDDEN:
+            yield pytest.param(path, part, id=str(path.relative_to(PACKAGE)))
+
+
+@pytest.mark.parametrize("path, part", list(_modules()))
+def test_imports_point_down(path, part):
+    imported = _imports(path) - {part}
+    rule = FORBIDDEN[part]
+    bad = {name for name in imported if name not in ALLOWED_BELOW} if "*" in rule else imported & rule
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)} from a layer above"
