@@ -268,3 +268,13 @@ def test_cut_off_file_damaged_early_gives_one_outcome_whatever_the_block_size(tm
             except TraceFormatError as exc:
                 outcomes.add(str(exc))
         assert len(outcomes) == 1, damage
+
+
+@pytest.mark.parametrize("base, shift, warned", [("1000.0", 1000, False), ("1000.5", 0, True), ('"x"', 0, True)])
+def test_base_time_that_is_not_an_int_is_used_whole_or_ignored_with_a_warning(tmp_path, base, shift, warned):
+    path = tmp_path / "t.json"
+    event = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}'
+    path.write_text(f'{{"baseTimeNanoseconds": {base}, "traceEvents": [{event}]}}')
+    result = chrome.read(path)
+    assert result.spans["start"].to_list() == [1000 + shift]
+    assert any("baseTimeNanoseconds ignored" in w for w in result.warnings) == warned

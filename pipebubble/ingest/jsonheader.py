@@ -30,7 +30,7 @@ def header_dict(path: Path, head: Any) -> tuple[dict[str, Any], list[str]]:
     warnings: list[str] = []
     info = _value(path, head.distributedInfo, "distributedInfo", warnings)
     info = info if isinstance(info, dict) else {}
-    base = _value(path, head.baseTimeNanoseconds, "baseTimeNanoseconds", warnings)
+    base = _whole(path, _value(path, head.baseTimeNanoseconds, "baseTimeNanoseconds", warnings), warnings)
     fields = {
         "base_time_ns": _checked_int(path, base, "baseTimeNanoseconds", TIME_LIMIT_NS),
         "rank": _checked_int(path, info.get("rank"), "distributedInfo.rank", _INT32),
@@ -40,6 +40,20 @@ def header_dict(path: Path, head: Any) -> tuple[dict[str, Any], list[str]]:
         "kineto": any(_present(r) for r in (head.schemaVersion, head.deviceProperties, head.distributedInfo)),
     }
     return fields, warnings
+
+
+def _whole(path: Path, base: Any, warnings: list[str]) -> Any:
+    """``baseTimeNanoseconds`` written as a float: a whole one is used as the int it is; any other value is
+    ignored with a warning (timestamps then count from 0, as in a trace without a base)."""
+    if isinstance(base, float):
+        if base.is_integer() and abs(base) < 2**53:
+            return int(base)
+        warnings.append(f"{path}: header field baseTimeNanoseconds ignored (not a whole number of ns: {base!r})")
+        return None
+    if base is not None and not isinstance(base, int):
+        warnings.append(f"{path}: header field baseTimeNanoseconds ignored (not a number: {str(base)[:40]!r})")
+        return None
+    return base
 
 
 def _present(raw: msgspec.Raw) -> bool:
