@@ -18,6 +18,17 @@ SESSION_UTC_NS = 1_700_000_000_000_000_000
 CLOCK_AT_SESSION_START = 5_000_000
 
 
+def union(intervals: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """(busy, window start, window end) by sorting and merging, independently of the project's code."""
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return sum(e - s for s, e in merged), merged[0][0], merged[-1][1]
+
+
 def gpid(pid: int) -> int:
     """Nsight's serialized process id: the pid sits in bits 24..47 above a hardware/vm id."""
     return (1 << 48) | (pid << 24)

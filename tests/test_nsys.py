@@ -29,20 +29,10 @@ REAL = SHARED / "torchrun_2xh100_nccl.sqlite"
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="shared traces folder ../shared/traces is absent")
 
 
-def union(intervals: list[tuple[int, int]]) -> tuple[int, int, int]:
-    """(busy, window start, window end) by sorting and merging, independently of the project's code."""
-    merged: list[list[int]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return sum(e - s for s, e in merged), merged[0][0], merged[-1][1]
-
 
 def idle_percent(spans: pl.DataFrame, lane: str) -> float:
     rows = spans.filter((pl.col("lane") == lane) & pl.col("kind").is_in(GPU_WORK)).select("start", "end")
-    busy, first, last = union(list(rows.iter_rows()))
+    busy, first, last = fx.union(list(rows.iter_rows()))
     return 100 * (last - first - busy) / (last - first)
 
 
@@ -77,7 +67,7 @@ def test_real_gpu_union_matches_raw_rows(real: FileResult) -> None:
         rows = real.spans.filter((pl.col("lane") == lane) & pl.col("kind").is_in(GPU_WORK)).select(
             "start", "end"
         )
-        assert union(raw) == union(list(rows.iter_rows()))
+        assert fx.union(raw) == fx.union(list(rows.iter_rows()))
 
 
 @needs_real
@@ -167,7 +157,7 @@ def two_process_trace() -> fx.Trace:
 
 
 def expected_idle(trace: fx.Trace, pid: int) -> float:
-    busy, first, last = union([(g.start, g.end) for g in trace.gpu if g.pid == pid])
+    busy, first, last = fx.union([(g.start, g.end) for g in trace.gpu if g.pid == pid])
     return 100 * (last - first - busy) / (last - first)
 
 
@@ -368,4 +358,4 @@ def test_busy_time_is_the_union_of_the_input(kernels: list[tuple[int, int, int, 
     for pid in {k[0] for k in kernels}:
         lane = result.spans.filter(pl.col("lane") == f"pid{pid}/gpu{pid // 100}")
         rows = lane.select(pl.col("start") - clock, pl.col("end") - clock)
-        assert union(list(rows.iter_rows())) == union([(g.start, g.end) for g in trace.gpu if g.pid == pid])
+        assert fx.union(list(rows.iter_rows())) == fx.union([(g.start, g.end) for g in trace.gpu if g.pid == pid])

@@ -170,16 +170,6 @@ REAL_GPU_LANES = {
 REAL_SHA256 = "6d65fb92d8f54da8bcefa6b79a0f3c593db02a44c76ef7f34389d205fe370d20"
 
 
-def union(intervals: list[tuple[int, int]]) -> tuple[int, int, int]:
-    """(busy, first start, last end) of the intervals, by sorting and merging."""
-    merged: list[list[int]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return sum(e - s for s, e in merged), merged[0][0], merged[-1][1]
-
 
 def test_real_export_spans_unchanged() -> None:
     if not REAL.exists():
@@ -191,7 +181,7 @@ def test_real_export_spans_unchanged() -> None:
     assert {str(k): (n, d) for k, n, d in kinds.iter_rows()} == REAL_KINDS
     for lane, expected in REAL_GPU_LANES.items():
         gpu = spans.filter((pl.col("lane") == lane) & pl.col("kind").is_in(GPU_WORK)).select("start", "end")
-        assert (gpu.height, *union(list(gpu.iter_rows()))) == expected
+        assert (gpu.height, *fx.union(list(gpu.iter_rows()))) == expected
     table = spans.drop("source")
     assert hashlib.sha256(table.sort(table.columns).write_csv().encode()).hexdigest() == REAL_SHA256
     assert result.meta["session_start_ns"] == 1779782330176752435
