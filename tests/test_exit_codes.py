@@ -130,3 +130,18 @@ def test_every_saved_baseline_repro_is_gated_or_refused_in_one_line(capsys, path
     assert "Traceback" not in err and "internal error" not in err
     if code == 2:
         assert err.count("\n") == 1 and path.name in err
+
+
+def test_a_saved_reports_warnings_are_not_repeated_by_check_and_diff(capsys, tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10, "dur": 4}
+              for i in range(50)]
+    text = json.dumps({"traceEvents": events})
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: len(text) * 2 // 3])
+    saved = tmp_path / "saved.json"
+    code, _, err = run(capsys, "analyze", str(cut), "-o", str(saved))
+    assert code == 0 and "cut off" in err
+    code, _, err = run(capsys, "check", str(saved), "--min-utilization", "0")
+    assert code == 0 and "cut off" not in err
+    code, _, err = run(capsys, "diff", str(saved), str(cut))
+    assert code == 0 and err.count("cut off") == 1  # the traces read now warn; the saved baseline does not

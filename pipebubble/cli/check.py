@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from pipebubble.cli import flags
-from pipebubble.cli.output import warn, write_text
+from pipebubble.cli.output import read_warnings, warn, write_text
 from pipebubble.options import Options, Scale
 from pipebubble.render import formats
 
@@ -69,7 +69,7 @@ def check(
         raise typer.BadParameter("no gates: give a threshold such as --max-bubble 0.3, or a [check] table in "
                                  "pipebubble.toml")
     report = run(paths, options, scale)
-    warn(report.ingest.warnings)
+    warn(read_warnings(report, paths))
     gates = run_gates(report.to_dict(), thresholds)
     write_text(render_check(gates, format.value), output)
     if any(gate.status == "fail" for gate in gates):

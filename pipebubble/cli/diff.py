@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from pipebubble.cli import flags
-from pipebubble.cli.output import warn, write_text
+from pipebubble.cli.output import read_warnings, warn, write_text
 from pipebubble.options import Options, Scale
 from pipebubble.render import formats
 
@@ -51,7 +51,7 @@ def diff(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--tolerance") from None
     before, after = run([base], options, scale), run([new], options, scale)
-    warn(before.ingest.warnings + after.ingest.warnings)
+    warn(read_warnings(before, [base]) + read_warnings(after, [new]))
     result = compare(before.to_dict(), after.to_dict(), 0.05 if allowed is None else allowed)
     write_text(render_diff(result, format.value), output)
     if result.regressions:

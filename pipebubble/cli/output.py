@@ -52,6 +52,14 @@ def _remove(path: Path) -> None:
         pass
 
 
+def read_warnings(report, paths: list[Path]) -> list[str]:
+    """The warnings of reading ``paths`` now: none when they are one saved report (its warnings were shown
+    when it was made, about traces this run does not read)."""
+    from pipebubble.report import is_saved_report
+
+    return [] if len(paths) == 1 and is_saved_report(paths[0]) else list(report.ingest.warnings)
+
+
 def warn(lines: list[str]) -> None:
     """Warnings go to stderr whatever the output format, so `--format json | jq` and `-o` users see them."""
     for line in lines:
