@@ -138,7 +138,12 @@ def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     jobs = [(str(f), i) for i, f in enumerate(files)]
     blobs = executor.each(jobs, map_file, scale, on_file, options=options, use_cache=scale.use_cache)
-    return _once_each(reduce([decode(b) for b in blobs], options))
+    return reduce_parts([decode(b) for b in blobs], options)
+
+
+def reduce_parts(parts: list[FilePart], options: Options) -> Report:
+    """The report of the files' parts, wherever they were mapped."""
+    return _once_each(reduce(parts, options))
 
 
 def _once_each(report: Report) -> Report:

@@ -56,18 +56,20 @@ def _rebuilt(cached: dict | None) -> Report | None:
 
 
 def of_results(results: list[FileResult], options: Options = Options()) -> Report:
-    """The report of files already read (e.g. span tables built in memory): the same map and reduce."""
+    """The report of files already read (e.g. span tables built in memory): the same map and reduce, in
+    this process."""
     from pipebubble import mapreduce
 
-    ranks = [r.spans["rank"].max() for r in results if r.spans.height]
-    known = [int(rank) for rank in ranks if rank is not None]
-    world = max(known) + 1 if known else None
-    options = replace(options, world=options.world or world, files=len(results))
-    return mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options)
+    options = replace(options, files=len(results))
+    return mapreduce.reduce_parts([mapreduce.map_spans(r, options) for r in results], options)
 
 
-def spans(paths: list[Path], scale: Scale = Scale(), on_file: OnFile | None = None) -> pl.DataFrame:
-    """Every span under ``paths``, on the clock the report's times use."""
+def with_spans(
+    paths: list[Path], options: Options = Options(), scale: Scale = Scale(), on_file: OnFile | None = None
+) -> tuple[Report, pl.DataFrame]:
+    """The report and every span under ``paths`` on the clock the report's times use, from one read (the
+    export draws both)."""
     from pipebubble.ingest import load
 
-    return load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file).spans
+    ingested = load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file)
+    return of_results(ingested.files, options), ingested.spans

@@ -61,3 +61,14 @@ def test_every_command_sees_the_same_numbers(capsys, tmp_path, where):
     waits = sorted(round(e["ts"] * 1000) + origin for e in slices if threads.get((e["pid"], e["tid"]), "").endswith(
         " waits"))
     assert waits == sorted(w["start_ns"] for w in report["waits"])
+
+
+def test_the_exports_report_is_the_report(tmp_path):
+    """The export reads the traces once for its spans and its report; the report equals run's."""
+    from pipebubble.options import Options, Scale
+    from pipebubble.run import run, with_spans
+
+    folder = ROOT / "sample_traces" / "pipeline_1f1b"
+    report, table = with_spans([folder], Options(), Scale(use_cache=False))
+    assert report.to_dict() == run([folder], Options(), Scale(use_cache=False)).to_dict()
+    assert table.height == report.ingest.spans

@@ -23,16 +23,10 @@ pytestmark = pytest.mark.skipif(not SAMPLE.exists(), reason="sample traces absen
 @cache
 def report_and_spans():
     """The sample's report and span table, decoded afresh (no cache)."""
-    try:
-        from pipebubble.options import Options, Scale
-        from pipebubble.run import run, spans
+    from pipebubble.options import Options, Scale
+    from pipebubble.run import with_spans
 
-        return run([SAMPLE], Options(), Scale(use_cache=False)), spans([SAMPLE], Scale(use_cache=False))
-    except ImportError:  # the older entry point
-        from pipebubble.ingest import load
-        from pipebubble.mapreduce import Options, run
-
-        return run([SAMPLE], Options(), use_cache=False), load([SAMPLE], use_cache=False).spans
+    return with_spans([SAMPLE], Options(), Scale(use_cache=False))
 
 
 def subject(command: str):

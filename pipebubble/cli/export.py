@@ -32,15 +32,14 @@ def export(
       pipebubble export runs/rank*.json.gz -o annotated.json
     """
     from pipebubble.cli.output import progress, warn, write_text
-    from pipebubble.run import run, spans
+    from pipebubble.run import with_spans
 
     try:
         fmt = formats.pick("export", None, output)
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
     with progress(paths, quiet) as advance:
-        table = spans(paths, scale, on_file=advance)
-    report = run(paths, options, scale)
+        report, table = with_spans(paths, options, scale, on_file=advance)
     warn(report.ingest.warnings)
     write_text(fmt.render(report, formats.Options(spans=table)), output)
 
