@@ -4,7 +4,8 @@ Every command (analyze, check, diff, export) and every test enters here, so they
 the same clock and the same numbers. ``run`` finds the traces once, answers from the report cache when
 the traces and options are unchanged, and otherwise maps each file (in this process, a local pool or on
 Ray: ``Scale``) and reduces the parts. A saved JSON report (``analyze --format json -o``) is read back as
-the Report it was. ``with_spans`` gives the export the report and the span table from one read, on the same clock.
+the Report it was. ``with_spans`` gives the export the report and the span table from one read, on the
+same clock.
 """
 
 from __future__ import annotations
