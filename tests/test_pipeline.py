@@ -167,3 +167,10 @@ def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_pat
     assert [s.name for s in report.stages] == ["pp0", "pp1", "pp2", "pp3"]
     assert [s.lanes for s in report.stages] == [[f"rank{2 * s}/gpu0"] for s in range(4)]
     assert report.pipeline.bubble_fraction == pytest.approx(fast.bubble_fraction)
+
+
+def test_cv_does_not_depend_on_the_order_of_its_values():
+    from pipebubble.analysis.pipeline import cv
+
+    values = [0.1, 0.7, 1e9, 3.3, 2e-5, 17.0]
+    assert len({cv(values), cv(values[::-1]), cv(sorted(values)), cv(values[2:] + values[:2])}) == 1

@@ -146,7 +146,10 @@ def detect_schedule(work: pl.DataFrame) -> tuple[str | None, int, int | None]:
 
 
 def cv(values: list[float]) -> float:
-    """Coefficient of variation (population standard deviation / mean); 0 for fewer than two values."""
+    """Coefficient of variation (population standard deviation / mean); 0 for fewer than two values. The
+    values are summed in sorted order, so the same values in any order give the same float to the last bit
+    (group-by order is not fixed)."""
+    values = sorted(values)
     if len(values) < 2 or not sum(values):
         return 0.0
     mean = sum(values) / len(values)
