@@ -66,12 +66,18 @@ def test_usage_error_is_exit_2(capsys):
     assert code == 2 and "nope" in err
 
 
-def test_warnings_reach_stderr_in_every_format(capsys, tmp_path):
+def cut_trace(tmp_path: Path) -> Path:
+    """A trace cut off two thirds in: read to its last whole event, with a warning."""
     events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10, "dur": 4}
               for i in range(50)]
     text = json.dumps({"traceEvents": events})
     cut = tmp_path / "cut.json"
     cut.write_text(text[: len(text) * 2 // 3])
+    return cut
+
+
+def test_warnings_reach_stderr_in_every_format(capsys, tmp_path):
+    cut = cut_trace(tmp_path)
     for fmt in ("text", "json", "markdown", "html"):
         for cached in (False, True):  # a cached report warns again
             args = ["analyze", str(cut), "--format", fmt] + ([] if cached else ["--no-cache"])
@@ -133,11 +139,7 @@ def test_every_saved_baseline_repro_is_gated_or_refused_in_one_line(capsys, path
 
 
 def test_a_saved_reports_warnings_are_not_repeated_by_check_and_diff(capsys, tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10, "dur": 4}
-              for i in range(50)]
-    text = json.dumps({"traceEvents": events})
-    cut = tmp_path / "cut.json"
-    cut.write_text(text[: len(text) * 2 // 3])
+    cut = cut_trace(tmp_path)
     saved = tmp_path / "saved.json"
     code, _, err = run(capsys, "analyze", str(cut), "-o", str(saved))
     assert code == 0 and "cut off" in err
