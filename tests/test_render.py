@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipebubble.render import format_from_suffix, render
+from pipebubble.render import formats, render
 from pipebubble.report import (
     IngestSummary,
     Interference,
@@ -188,7 +188,8 @@ def test_json_is_the_report():
 @pytest.mark.parametrize("path,fmt", [("r.md", "markdown"), ("r.html", "html"), ("r.htm", "html"),
                                       ("r.json", "json"), ("r.txt", "text"), ("r.pftrace", None), ("r", None)])
 def test_format_from_suffix(path, fmt):
-    assert format_from_suffix(Path(path)) == fmt
+    found = formats.from_suffix(Path(path), "analyze")
+    assert (found.name if found else None) == fmt
 
 
 def test_html_is_self_contained():

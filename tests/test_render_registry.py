@@ -102,7 +102,8 @@ def test_json_means_the_report_for_analyze_and_chrome_json_for_export():
     assert formats.pick("analyze", None, "r.json").name == "json"
     assert formats.pick("export", None, "r.json").name == "perfetto-json"
     assert formats.pick("export", None, "r.json.gz").name == "perfetto-json-gz"
-    assert render.format_from_suffix("r.json") == "json" and render.format_from_suffix("r.pftrace") is None
+    assert formats.from_suffix("r.json", "analyze").name == "json"
+    assert formats.from_suffix("r.pftrace", "analyze") is None
 
 
 @pytest.mark.parametrize("command,path", [("analyze", "out.pdf"), ("analyze", "r.json.gz"), ("export", "x.txt"),

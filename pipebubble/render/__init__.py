@@ -2,21 +2,17 @@
 print; the CLI writes what they return.
 
 ``render`` is the one entry point for a Report; ``formats`` is the registry it dispatches through (and the
-CLI's ``--format`` choices and ``-o`` suffixes come from). ``format_from_suffix`` is the analyze command's
-suffix lookup, kept for existing callers: ``formats.pick`` is the full rule.
+CLI's ``--format`` choices and ``-o`` suffixes come from: ``formats.pick``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pipebubble.render import formats
 from pipebubble.report import Report
 
 REPORT_COMMANDS = ("analyze", "export")  # the commands whose subject is a Report
-FORMATS = tuple(formats.names("analyze"))
-SUFFIXES = {s: f.name for f in formats.formats_for("analyze") for s in f.suffixes}
 
 
 def report_formats() -> list[formats.OutputFormat]:
@@ -41,8 +37,3 @@ def render(report: Report, fmt: str, *, spans: Any = None, width: int | None = N
     options = formats.Options(spans=spans, width=width, color=color, step=step, window=window, lanes=lanes)
     return known[fmt].render(report, options)
 
-
-def format_from_suffix(path: Path | str) -> str | None:
-    """The report format an output file's suffix asks for, or None (e.g. .pftrace is the export command's)."""
-    found = formats.from_suffix(path, "analyze")
-    return found.name if found else None
