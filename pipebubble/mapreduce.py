@@ -124,7 +124,8 @@ def summarize(parts: list[FilePart]) -> IngestSummary:
         events_read=sum(p.file.events_read for p in parts),
         spans=sum(p.file.meta.get("spans", 0) for p in parts),
         skipped=dict(sorted(skipped.items())),
-        warnings=[w for p in parts for w in p.file.warnings] + unaligned([p.file for p in parts]),
+        # A warning every file repeats (the cache's, raised once in each worker) is reported once.
+        warnings=list(dict.fromkeys([w for p in parts for w in p.file.warnings] + unaligned([p.file for p in parts]))),
         formats={p.file.source: p.file.format for p in parts},
         unread_bytes=sum(p.file.meta.get("unread_bytes", 0) for p in parts),
     )
@@ -138,20 +139,7 @@ def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     jobs = [(str(f), i) for i, f in enumerate(files)]
     blobs = executor.each(jobs, map_file, scale, on_file, options=options, use_cache=scale.use_cache)
-    return reduce_parts([decode(b) for b in blobs], options)
-
-
-def reduce_parts(parts: list[FilePart], options: Options) -> Report:
-    """The report of the files' parts, wherever they were mapped."""
-    return _once_each(reduce(parts, options))
-
-
-def _once_each(report: Report) -> Report:
-    """A warning every file repeats (the cache's, raised once in each worker) is reported once."""
-    unique = list(dict.fromkeys(report.ingest.warnings))
-    if len(unique) == len(report.ingest.warnings):
-        return report
-    return replace(report, ingest=replace(report.ingest, warnings=unique))
+    return reduce([decode(b) for b in blobs], options)
 
 
 # --- the part as bytes: Arrow IPC tables in a msgpack envelope ---

@@ -62,7 +62,7 @@ def of_results(results: list[FileResult], options: Options = Options()) -> Repor
     from pipebubble import mapreduce
 
     options = replace(options, files=len(results))
-    return mapreduce.reduce_parts([mapreduce.map_spans(r, options) for r in results], options)
+    return mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options)
 
 
 def with_spans(
