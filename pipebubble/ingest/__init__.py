@@ -91,10 +91,10 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     entry_key = cache.key(path)
     result = cache.get(path, entry_key) if use_cache else None
     if result is None:
-        splits = workers > 1 and readers.reader_for(path).splits(path)
-        pool = _pool(workers) if splits else None  # the blocks of one big file
+        reader = readers.reader_for(path)
+        pool = _pool(workers) if workers > 1 and reader.splits(path) else None  # the blocks of one big file
         try:
-            result = _read_somewhere(path, position, pool, entry_key)
+            result = _read_somewhere(reader, path, position, pool, entry_key)
         finally:
             if pool is not None:
                 pool.shutdown()
@@ -118,16 +118,17 @@ def read_one(path: Path, position: int = 0, pool: Executor | None = None, spill:
     """Read one trace file (or Nsight parquet folder), whatever its format; ``pool`` decodes the blocks of
     one big JSON file in parallel; ``spill`` sends a JSON file's spans to Parquet files there."""
     try:
-        return _read(path, position, pool, cache.work_dir(), spill)
+        return readers.reader_for(path).read(path, readers.Where(position, pool, cache.work_dir(), spill))
     except OSError as exc:
         raise TraceFormatError(path, exc.strerror or str(exc)) from None
 
 
-def _read_somewhere(path: Path, position: int, pool: Executor | None, entry_key: str | None) -> FileResult:
+def _read_somewhere(
+    reader: readers.Reader, path: Path, position: int, pool: Executor | None, entry_key: str | None
+) -> FileResult:
     """Read ``path`` with its spill and scratch in the cache; when writing there fails (a full or
     read-only volume), again in a temporary folder, then in memory. Only the trace's own errors are
     the trace's: a cache problem is a warning, never a TraceFormatError."""
-    reader = readers.reader_for(path)
     spills = reader.spills(path)
     writes = spills or reader.writes_files(path)
     tried: list[Path] = []
@@ -139,7 +140,7 @@ def _read_somewhere(path: Path, position: int, pool: Executor | None, entry_key:
         spill = None
         try:
             spill = cache.new_spill(work, entry_key) if spills and work is not None else None
-            result = _read(path, position, pool, work, spill)
+            result = reader.read(path, readers.Where(position, pool, work, spill))
         except Exception as exc:
             cache.discard(spill)
             reason = cache.disk_error(exc, work)
@@ -150,11 +151,6 @@ def _read_somewhere(path: Path, position: int, pool: Executor | None, entry_key:
             cache.unusable(work, reason)
             continue
         return cache.commit_spill(result, spill, entry_key) if spill is not None else result
-
-
-def _read(path: Path, position: int, pool: Executor | None, work: Path | None, spill: Path | None) -> FileResult:
-    """Read one trace with the reader its format needs; ``work`` holds exports and gunzipped scratch."""
-    return readers.reader_for(path).read(path, readers.Where(position, pool, work, spill))
 
 
 def spans_of(result: FileResult):
