@@ -61,15 +61,10 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     """A span table too big for memory, in Parquet files: lanes are computed in time windows. Its stage work
     and serving steps need the table whole, so it is read whole only when it can hold them: when the file
     is one of several ranks, or when its annotations carry engine step labels."""
-    from pipebubble import spans
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.stage_part import one_stage
 
-    folder = Path(result.meta["spill"])
-    if not any(folder.glob("*.parquet")):  # no span was written: exactly the in-memory path's empty table
-        meta = {k: v for k, v in result.meta.items() if k not in ("spill", "spans")}
-        return map_spans(replace(result, spans=spans.empty(), meta=meta), options)
-    scan = pl.scan_parquet(folder / "*.parquet")
+    scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     lanes = lane_table_windowed(scan)
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)

@@ -158,9 +158,7 @@ def spans_of(result: FileResult):
     import polars as pl
 
     spill = result.meta.get("spill")
-    if spill and cache.parts(Path(spill)):
-        return pl.read_parquet(Path(spill) / "*.parquet")
-    return result.spans
+    return pl.read_parquet(Path(spill) / "*.parquet") if spill else result.spans
 
 
 def _pool(workers: int) -> Executor:

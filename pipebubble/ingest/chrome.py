@@ -95,7 +95,7 @@ def read(
         _write_part(table, str(spill))
         table, spilled = (
             table.clear(),
-            {"spill": str(spill), "spans": pl.scan_parquet(spill).select(pl.len()).collect().item()},
+            {"spill": str(spill), "spans": _spilled_rows(spill)},
         )
     warnings = [w for w in (gzip_warning, rank_warning) if w] + decoded.warnings + _repair_warnings(path, decoded)
     if decoded.unread_bytes:
@@ -161,6 +161,12 @@ def block_spans(
         _write_part(table, spill)
         table = table.clear()
     return rest, table, skipped
+
+
+def _spilled_rows(folder: Path) -> int:
+    """Rows in the parts written to a spill folder (none when the trace has no span)."""
+    written = sorted(Path(folder).glob("part-*.parquet"))
+    return pl.scan_parquet(written).select(pl.len()).collect().item() if written else 0
 
 
 def _write_part(table: pl.DataFrame, folder: str) -> None:

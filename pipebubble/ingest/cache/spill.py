@@ -30,16 +30,12 @@ _ABANDONED_S = 24 * 3600
 
 def new_spill(work: Path, entry_key: str | None) -> Path:
     """A fresh folder of this read's own for a spilled span table (``spill/<key>.tmp-<pid>@<host>-<id>``),
-    so concurrent reads of one trace never mix parts. It starts with an empty part so the table it holds
-    reads as zero rows, not an error, when the trace has no span."""
-    from pipebubble import spans
-
+    so concurrent reads of one trace never mix parts."""
     root = work / "spill"
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale(root)
     folder = root / f"{entry_key or uuid.uuid4().hex}.tmp-{os.getpid()}@{_host()}-{uuid.uuid4().hex}"
     folder.mkdir()
-    spans.empty().write_parquet(folder / "part-0-empty.parquet")
     return folder
 
 
