@@ -58,7 +58,8 @@ def check(report: dict[str, Any], thresholds: dict[str, float | None]) -> list[G
 def _pipeline(report: dict, key: str) -> tuple[float | None, str]:
     pipeline = report.get("pipeline")
     if pipeline is None:
-        return None, "not a pipeline"
+        why = [n for n in report.get("notes") or [] if n.startswith(("not a pipeline", "one rank"))]
+        return None, why[0] if why else "not a pipeline"
     value = pipeline.get(key)
     return (None, f"{key} unknown") if value is None else (float(value), "")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
-from pipebubble.analysis.pipeline_report import reduce_stages
-from pipebubble.analysis.registry import lanes_part, serving_part, stages_part
+from pipebubble.analysis.registry import comm_part, lanes_part, serving_part, stages_part
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
@@ -36,6 +36,7 @@ class FilePart:
     stages: StagePart | None
     serving: Interference | None
     segments: list[Segment]
+    comm: CommPart | None = None
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -54,7 +55,7 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(account, lanes_part(spans, options), part, serving, segments)
+    return FilePart(account, lanes_part(spans, options), part, serving, segments, comm_part(spans, options))
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
@@ -95,16 +96,24 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
             ", ".join(summary.files), f"nothing to analyse: no event became a span (not spans: {text})"
         )
     lanes = sort_lanes(pl.concat([p.lanes for p in parts], how="vertical_relaxed"))
-    section = reduce_stages([p.stages for p in parts if p.stages is not None], options.pipeline)
+    job = reduce_job(
+        [p.stages for p in parts if p.stages is not None],
+        [p.comm for p in parts if p.comm is not None],
+        [p.file.meta for p in parts],
+        options.pipeline,
+    )
+    section = job.section
     serving = max(parts, key=lambda p: (p.serving.steps or 0) if p.serving else 0)
     return Report(
         ingest=summary,
         lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
         stages=section.stages,
         pipeline=section.pipeline,
-        waits=section.waits,
+        waits=job.waits,
         interference=serving.serving,
         timeline=section.timeline + serving.segments,
+        collectives=job.collectives,
+        notes=job.notes,
     )
 
 
@@ -176,6 +185,7 @@ def encode(part: FilePart) -> bytes:
         "stages": stages,
         "serving": None if part.serving is None else part.serving.to_dict(),
         "segments": [asdict(s) for s in part.segments],
+        "comm": None if part.comm is None else {"calls": _ipc(part.comm.calls), "facts": part.comm.facts},
     }
     return msgspec.msgpack.encode(envelope, enc_hook=str)
 
@@ -201,7 +211,9 @@ def decode(blob: bytes) -> FilePart:
     )
     segments = [Segment(**seg) for seg in env["segments"]]
     serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
-    return FilePart(account, _frame(env["lanes"]), stages, serving, segments)
+    c = env.get("comm")
+    comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"])
+    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm)
 
 
 def _tuple(value):

@@ -96,16 +96,20 @@ class Segment:
 
 @dataclass(frozen=True)
 class Wait:
-    """An idle gap on a stage, with what it waited for and what ran around it."""
+    """An idle gap on a stage (or, in a job that is not a pipeline, a rank's collective spinning), with what
+    it waited for and what ran around it. ``waited_for`` names the rank that arrived last at the collective
+    a ``collective`` wait spun in."""
 
-    stage: int
+    stage: int | None
     start_ns: int
     dur_ns: int
-    cause: str  # fill | drain | upstream | downstream | comm | host | sync | unknown
+    cause: str  # fill | drain | upstream | downstream | collective | comm | host | sync | unknown
     before: str | None
     after: str | None
     step: int | None = None
     lane: str | None = None
+    rank: int | None = None
+    waited_for: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,48 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class CollectiveRank:
+    """One rank's collectives: ``wait_ns`` its collective kernels spun before the last peer arrived (waiting,
+    not work); ``late_ns`` the time its peers spun waiting for it, at the calls where it arrived last
+    (``last`` of its ``calls``)."""
+
+    rank: int
+    calls: int
+    wait_ns: int
+    late_ns: int
+    last: int = 0
+    lane: str | None = None
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """One collective matched across ranks (its members' kernels end together): the ``seq``-th call of
+    ``name`` in the job; ``skew_ns`` from the first arrival to the last (``last_rank``), ``waited_ns`` the
+    peers' spin summed."""
+
+    name: str
+    seq: int
+    start_ns: int
+    skew_ns: int
+    last_rank: int
+    waited_ns: int
+    ranks: int = 0
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """Collective calls matched across the ranks of a multi-rank job (pipeline or not)."""
+
+    calls: int
+    ranks: list[CollectiveRank] = field(default_factory=list)
+    worst: list[CollectiveCall] = field(default_factory=list)
+    straggler: int | None = None  # the rank the others waited for most, when one stands out
+    waited_ns: int = 0  # every rank's collective spin, summed
+    matched_by: str = "end"  # how calls were paired across ranks: their kernels' ends
+    unmatched: int = 0  # ranks' calls that matched no call of every peer (a sampled trace, skewed clocks): left out
+
+
+@dataclass(frozen=True)
 class Pipeline:
     stages: int
     microbatches: int | None
@@ -160,6 +206,11 @@ class Pipeline:
     effective_price_per_useful_gpu_hour: float | None = None
     recommendations: list[Recommendation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # why this job is a pipeline (labels, send/recv, ...)
+    # steps per second if every stage ran its compute and its exposed communication back to back
+    throughput_bound_with_comm: float = 0.0
+    replayed_step_ns: int | None = None  # the what-if simulator's replay of the measured step
+    replay_error: float | None = None  # (replayed - measured) / measured step time
 
 
 @dataclass(frozen=True)
@@ -171,6 +222,8 @@ class Report:
     waits: list[Wait] = field(default_factory=list)
     interference: Interference | None = None
     timeline: list[Segment] = field(default_factory=list)
+    collectives: Collectives | None = None
+    notes: list[str] = field(default_factory=list)  # what the job is (a pipeline or not, and why; a straggler)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

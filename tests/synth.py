@@ -37,10 +37,14 @@ def write_pipeline(
     rank_of=None,
     world: int | None = None,
     groups: list | None = None,
+    p2p: bool = True,
 ) -> Path:
     """One ``rank{s}.json`` per stage. ``spin_before_forward`` ns of ``ncclDevKernel_SendRecv`` end where
     each forward of stages > 0 starts (a receive spinning while it waits for its activation). ``rank_of``
-    maps a stage to its rank and ``groups`` is written as ``distributedInfo.pg_config``."""
+    maps a stage to its rank and ``groups`` is written as ``distributedInfo.pg_config``. With ``p2p`` (the
+    default), each activation and gradient handed to a neighbour is an ``nccl:send`` range on the sender's
+    thread at the pass's end and an ``nccl:recv`` range on the receiver's (as torch's NCCL backend records
+    them): the send/recv evidence that makes unlabelled ranks a pipeline."""
     folder.mkdir(parents=True, exist_ok=True)
     p = sim.schedule.stages
     per_stage: dict[int, list[dict]] = {s: [] for s in range(p)}
@@ -63,6 +67,10 @@ def write_pipeline(
                 _x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 2)
             )
         events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, start, end - start, corr=corr))
+        peer = s + 1 if a.phase == "F" else s - 1 if a.phase == "B" else None
+        if p2p and peer is not None and 0 <= peer < p:
+            events.append(_x("user_annotation", "nccl:send", 100, 100, end, 100))
+            per_stage[peer].append(_x("user_annotation", "nccl:recv", 100, 100, end, 100))
         if spin_before_forward and a.phase == "F" and s > 0:
             spin = min(spin_before_forward, start - offset_ns)
             events.append(

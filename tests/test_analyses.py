@@ -8,6 +8,8 @@ import polars as pl
 import pytest
 
 from pipebubble import spans
+from pipebubble.analysis.collectives import CALL_COLUMNS
+from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import LANE_COLUMNS
 from pipebubble.analysis.pipeline_report import PipelineSection, StagePart, reduce_stages
 from pipebubble.analysis.registry import ANALYSES
@@ -39,6 +41,10 @@ def check(name: str, part, table: str, options: Options) -> None:
             assert reduce_stages([part]) == PipelineSection()
     elif name == "serving":
         assert part == (None, [])
+    elif name == "comm":  # no collective calls: at most the participant's traced window (kind null)
+        assert isinstance(part, CommPart) and part.calls.columns == CALL_COLUMNS
+        assert part.calls["kind"].null_count() == part.calls.height <= 1
+        assert (part.facts["p2p_send"], part.facts["p2p_recv"]) == (0, 0)
     else:
         pytest.fail(f"no expectation written for the registered analysis {name!r}")
 

@@ -129,14 +129,22 @@ def test_not_a_pipeline_gives_nothing():
     assert section.pipeline is None and section.stages == [] and section.waits == []
 
 
-def test_one_file_of_two_gpus_gives_a_stage_per_gpu():
-    """Nsight export of a 2-GPU job: no ranks in the file, so the two GPU processes are the stages; with no
-    labels and no backward to tell apart, the schedule and m stay unknown rather than guessed."""
-    section = analyse(shared("nsys", "torchrun_2xh100_nccl.sqlite"))
-    assert [s.name for s in section.stages] == ["pid144/device0", "pid145/device1"]
-    assert section.pipeline.schedule is None and section.pipeline.microbatches is None
-    for s in section.stages:
-        assert s.busy_ns + s.idle_ns == section.pipeline.window_ns
+def test_one_file_of_two_gpus_without_pipeline_evidence_is_not_a_pipeline():
+    """Nsight export of a 2-GPU expert-parallel job: its ncclSend/ncclRecv ranges lie inside nccl:all_to_all
+    (NCCL's all_to_all is grouped send/recv), so there is no send/recv between stages and no pipeline; the
+    all_to_alls are matched across the two processes instead."""
+    report = run([shared("nsys", "torchrun_2xh100_nccl.sqlite")], Options(), Scale(use_cache=False))
+    assert report.pipeline is None and report.stages == []
+    assert report.notes[0].startswith("not a pipeline: 2 GPUs")
+    assert report.collectives.calls == 33 and report.collectives.unmatched == 0
+    assert {w.name for w in report.collectives.worst} == {"all_to_all"}
+    assert all(w.cause == "collective" and w.waited_for is not None for w in report.waits)
+    two = run([shared("nsys", "torchrun_2xh100_nccl.sqlite")], Options.from_settings({"stage_by": "device"}),
+              Scale(use_cache=False))
+    assert [s.name for s in two.stages] == ["pid144/device0", "pid145/device1"]
+    assert two.pipeline.evidence == ["--stage-by device"]
+    for s in two.stages:
+        assert s.busy_ns + s.idle_ns == two.pipeline.window_ns
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

@@ -118,14 +118,23 @@ def microbatch_times(work: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def microbatch_counts(work: pl.DataFrame) -> dict[int, int]:
+    """Micro-batches per stage: the distinct forward micro-batches of its first complete step (the count
+    ``detect_schedule`` takes the most common of, so the headline m and the stage rows agree)."""
+    forward = work.filter((pl.col("phase") == "forward") & pl.col("microbatch").is_not_null())
+    first = forward.filter(pl.col("step") == pl.col("step").min())
+    counts = first.group_by("stage").agg(pl.col("microbatch").n_unique())
+    return dict(counts.iter_rows())
+
+
 def detect_schedule(work: pl.DataFrame) -> tuple[str | None, int, int | None]:
     """(schedule, chunks per stage, micro-batches) from each stage's pass order in its first complete step."""
     passes = work.filter(pl.col("phase").is_in(["forward", "backward", "weight"]) & pl.col("microbatch").is_not_null())
     if passes.is_empty():
         return None, 1, None
     first = passes.filter(pl.col("step") == pl.col("step").min())
-    counts = first.filter(pl.col("phase") == "forward").group_by("stage").agg(pl.col("microbatch").n_unique())
-    m = int(counts["microbatch"].mode().max()) if counts.height else int(first["microbatch"].n_unique())
+    counts = list(microbatch_counts(work).values())
+    m = max(set(counts), key=lambda c: (counts.count(c), c)) if counts else int(first["microbatch"].n_unique())
     chunks = int(first.group_by("stage").agg(pl.col("chunk").n_unique())["chunk"].max() or 1)
     if not first.filter(pl.col("phase") == "backward").height:
         return None, chunks, None  # forward only (inference, or passes that could not be told apart)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from pipebubble.analysis import pipeline as pm
+from pipebubble.analysis.evidence import not_a_pipeline, pipeline_evidence
 from pipebubble.analysis.pipeline_summary import summary
 from pipebubble.analysis.segments import timeline
 from pipebubble.analysis.stage_part import StagePart, one_stage, stage_part
@@ -25,6 +26,7 @@ class PipelineSection:
     pipeline: Pipeline | None = None
     waits: list[Wait] = field(default_factory=list)
     timeline: list[Segment] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why the stages found are not a pipeline
 
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
@@ -57,17 +59,42 @@ def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFra
     }
     work = pl.concat(works, how="vertical_relaxed") if works else pl.DataFrame()
     host = pl.concat(hosts, how="vertical_relaxed") if hosts else pl.DataFrame()
+    if facts["pattern"] == "torch_pipelining" and work.height:
+        names, work, host = _order_by_stage_ids(names, work, host)
     return names, work, host, facts
 
 
-def reduce_stages(parts: list[StagePart], options: PipelineOptions = PipelineOptions()) -> PipelineSection:
-    """Reduce: everything pipeline-shaped from the files' parts; empty when fewer than two stages."""
+def _order_by_stage_ids(names: list[str], work: pl.DataFrame, host: pl.DataFrame):
+    """torch.distributed.pipelining labels name the stage (``PP:{stage}F{mb}``): stages are ordered by the
+    lowest stage id each runs, not by rank, when the ranks do not hold stages in rank order."""
+    first = work.filter(pl.col("chunk").is_not_null()).group_by("stage").agg(pl.col("chunk").min())
+    if first.height != len(names) or first["chunk"].n_unique() != len(names):
+        return names, work, host
+    order = first.sort("chunk")["stage"].to_list()
+    if order == sorted(order):
+        return names, work, host
+    remap = {old: new for new, old in enumerate(order)}
+    renumber = pl.col("stage").replace_strict(remap, return_dtype=pl.Int32)
+    return [names[old] for old in order], work.with_columns(stage=renumber), host.with_columns(stage=renumber)
+
+
+def reduce_stages(
+    parts: list[StagePart], options: PipelineOptions = PipelineOptions(), p2p: dict[str, int] | None = None
+) -> PipelineSection:
+    """Reduce: everything pipeline-shaped from the files' parts. Two or more stages are a pipeline only on
+    evidence (``evidence.pipeline_evidence``; ``p2p``: the job's send/recv counts outside collectives),
+    else the section is empty but for a note saying why. One stage that its labels or process group say
+    is a pipeline stage (one rank of a bigger job) gets its stage row and waits, and no pipeline summary."""
     parts = [p for p in parts if p is not None]
     if not parts:
         return PipelineSection()
     names, work, host, facts = combine(parts)
     p = len(names)
-    if p < 2:
+    found = pipeline_evidence(parts, p2p or {}, options.stages)
+    if p >= 2 and not found:
+        unit = "ranks" if all(n.startswith("rank") for n in names) else "GPUs"
+        return PipelineSection(notes=[not_a_pipeline(p, unit)])
+    if p == 0 or (p == 1 and not found):
         return PipelineSection()
     work = pm.complete_steps(work)
     if work.is_empty():
@@ -77,13 +104,15 @@ def reduce_stages(parts: list[StagePart], options: PipelineOptions = PipelineOpt
     table = pm.stage_step_table(work)
     schedule, chunks, m = pm.detect_schedule(work)
     stage_rows = _stages(table, work, names, p)
-    if len(stage_rows) < 2 or not _measurable(wins):
+    if len(stage_rows) < min(p, 2) or not _measurable(wins):
         return PipelineSection()  # no two stages with work of any length: nothing pipeline-shaped to measure
     waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
-    pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
-    return PipelineSection(stage_rows, pipeline, waits, timeline(work))
+    if p == 1:
+        return PipelineSection(stage_rows, None, waits, timeline(work))
+    pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
+    return PipelineSection(stage_rows, replace(pipeline, evidence=found), waits, timeline(work))
 
 
 def _measurable(wins: pl.DataFrame) -> bool:
@@ -113,6 +142,7 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -
     )
     lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
     per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
+    counts = pm.microbatch_counts(work)
     out = []
     for row in sums.join(lanes, on="stage").sort("stage").iter_rows(named=True):
         mb = per_mb.filter(pl.col("stage") == row["stage"])["ns"].to_list()
@@ -131,7 +161,7 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -
                 forward_ns=row["forward_ns"],
                 backward_ns=row["backward_ns"],
                 weight_ns=row["weight_ns"],
-                microbatches=len(mb),
+                microbatches=counts.get(row["stage"], len(mb)),
                 microbatch_cv=pm.cv(mb) if len(mb) > 1 else None,
             )
         )

@@ -22,6 +22,7 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
     idle = sum(s.idle_ns for s in stage_rows)
     bubble = idle / (p * window) if window else 0.0
     busy = [s.busy_ns for s in stage_rows]
+    with_comm = [s.busy_ns + s.comm_ns for s in stage_rows]
     steps = len(wins)
     times = _stage_times(work, p, m)
     theory = _theory(schedule, p, m, chunks, stage_rows)
@@ -42,6 +43,7 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
         stage_time_cv=pm.cv(busy),
         imbalance=max(busy) / (sum(busy) / p) if sum(busy) else 0.0,
         throughput_bound=1e9 * steps / max(busy) if max(busy) else 0.0,
+        throughput_bound_with_comm=1e9 * steps / max(with_comm) if max(with_comm) else 0.0,
         pipeline_efficiency=(1 - bubble) / (1 - theory) if theory is not None and theory < 1 else None,
         microbatches_inferred=facts["inferred"] and m is not None,
         steps=_step_results(table, wins, p),
@@ -141,12 +143,16 @@ def _cost(price: float | None, p: int, bubble: float, idle_ns: int, steps: int) 
 
 def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
     notes = []
+    counts = sorted({s.microbatches for s in stage_rows})
     if facts["inferred"]:
-        counts = sorted({s.microbatches for s in stage_rows})
-        spread = "" if len(counts) < 2 else f"; stages disagree ({counts[0]}–{counts[-1]} passes), so m is approximate"
         notes.append(
             "no micro-batch labels: passes inferred from compute bursts between communication"
-            + (spread if m else "; none found")
+            + ("" if m else "; none found")
+        )
+    if m and len(counts) > 1:
+        notes.append(
+            f"stages ran {counts[0]}–{counts[-1]} micro-batches in their first step; m = {m}, the most common"
+            + (" (inferred passes: m is approximate)" if facts["inferred"] else "")
         )
     if facts["pattern"]:
         notes.append(f"micro-batch labels: {facts['pattern']}")

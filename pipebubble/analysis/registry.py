@@ -14,7 +14,9 @@ from typing import Any
 
 import polars as pl
 
+from pipebubble.analysis.collectives import collective_part
 from pipebubble.analysis.interference import interference
+from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
 from pipebubble.analysis.stage_part import StagePart, stage_part
 from pipebubble.options import Options
@@ -45,5 +47,17 @@ def serving_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> tu
     return interference(spans, step_regex=options.serving.step_regex, tbt_slo_ms=options.serving.tbt_slo_ms)
 
 
+def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
+    """The file's collective calls per participant and its send/recv counts (``collectives``); no rows
+    without communication."""
+    calls, facts = collective_part(spans)
+    return CommPart(calls, facts)
+
+
 #: name -> analysis, in the order ``mapreduce.map_spans`` runs them.
-ANALYSES: dict[str, Callable[..., Any]] = {"lanes": lanes_part, "stages": stages_part, "serving": serving_part}
+ANALYSES: dict[str, Callable[..., Any]] = {
+    "lanes": lanes_part,
+    "stages": stages_part,
+    "serving": serving_part,
+    "comm": comm_part,
+}

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipebubble.analysis.intervals import merge
-from pipebubble.analysis.stages import assign
+from pipebubble.analysis.labels import labels
+from pipebubble.analysis.stages import assign, pipeline_group
 from pipebubble.analysis.work import stage_work
 from pipebubble.options import PipelineOptions
 from pipebubble.spans import HOST_WORK
@@ -35,18 +36,28 @@ def stage_part(
     groups: list | None = None,
 ) -> StagePart | None:
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
-    is ``alone`` (the whole job) and holds a single stage: no pipeline, so no work to label."""
-    if alone and not options.stages.rules and one_stage(spans):
+    is ``alone`` (the whole job) and holds a single stage that is not known to be one stage of a pipeline
+    (by micro-batch labels or its pipeline process group): no pipeline, so no work to label."""
+    if alone and not options.stages.rules and one_stage(spans) and not _one_stage_of_many(spans, options, groups):
         return None
     mapped = assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()
-    if stages.is_empty() or (alone and stages.n_unique() < 2):
+    if stages.is_empty():
         return None
     work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
     cpu = mapped.spans.filter(
         pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK)
     )
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
+
+
+def _one_stage_of_many(spans: pl.DataFrame, options: PipelineOptions, groups: list | None) -> bool:
+    """One rank that says it is a pipeline stage: its passes carry micro-batch labels, or it is in a
+    pipeline process group."""
+    ranks = spans["rank"].drop_nulls().unique().to_list()
+    if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
+        return True
+    return labels(spans, options.stages.microbatch_regex)[1] is not None
 
 
 def one_stage(spans: pl.DataFrame | pl.LazyFrame) -> bool:

@@ -1,0 +1,286 @@
+"""Collectives matched across ranks: who arrived last, and how long the others spun waiting for it.
+
+Map (one file): every collective call of every participant (a rank; a GPU process where the file names no
+ranks): its kind (``all_reduce``, ``all_to_all`` ...), when it arrived (its collective kernel's start; a CPU
+collective range's where the participant has no GPU collectives) and when it finished. A kernel's kind is
+its launch's outermost communication range (``c10d::alltoall_base_`` around ``nccl:all_to_all`` around
+``ncclSend``): NCCL runs all_to_all as ``SendRecv`` kernels, so the kernel name alone would call it
+point-to-point. Calls whose outermost range is a send or a receive are point-to-point, not collectives:
+they are counted (``p2p_send``, ``p2p_recv``) as evidence of a pipeline, and left out of the matching.
+
+Reduce: calls of one kind on every participant that end together are one collective (``match``; inside
+the participants' common profile window). Within a pipeline, only ranks of the same stage are matched (its
+data-parallel peers): other stages run their own groups' collectives at other times (a collective over all
+stages, such as a global gradient norm, is not matched there). A candidate whose last member arrives after
+another member's kernel ended is not one collective (or the ranks' clocks disagree): it is counted
+unmatched, never reported. For each call: the last participant's arrival; a participant's wait is
+``min(its end, last arrival) − its start`` (its kernel spinning, not working).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipebubble.analysis.intervals import top_level
+from pipebubble.report import CollectiveCall, CollectiveRank, Collectives, Wait
+from pipebubble.spans import COMM_NAMES
+
+CALL_COLUMNS = ["who", "rank", "lane", "kind", "start", "end"]
+#: (kind, regex) tried in order on a lower-cased range or kernel name; the first match names the kind.
+KINDS = (
+    ("all_to_all", r"all_?to_?all"),
+    ("all_gather", r"all_?gather"),
+    ("reduce_scatter", r"reduce_?scatter"),
+    ("all_reduce", r"all_?reduce"),
+    ("broadcast", r"broadcast"),
+    ("barrier", r"barrier"),
+    ("dispatch", r"deep_ep.*dispatch|dispatch.*nvshmem"),
+    ("combine", r"deep_ep.*combine|combine.*nvshmem"),
+    ("send_recv", r"sendrecv"),
+    ("send", r"pp:\d+send_|(^|[:_])i?send|ncclsend"),
+    ("recv", r"pp:\d+recv_|(^|[:_])i?recv|ncclrecv"),
+    ("reduce", r"(^|[:_])reduce|_reduce_"),
+    ("gather", r"(^|[:_])gather"),
+    ("scatter", r"(^|[:_])scatter"),
+)
+P2P = ("send", "recv")
+
+
+def kind_of(name: pl.Expr) -> pl.Expr:
+    """The collective kind named by a range or kernel name (null: none)."""
+    lower = name.str.to_lowercase()
+    expr = pl.lit(None, pl.String)
+    for kind, regex in reversed(KINDS):
+        expr = pl.when(lower.str.contains(regex)).then(pl.lit(kind)).otherwise(expr)
+    return expr
+
+
+def participant(spans: pl.DataFrame) -> pl.Expr:
+    """Who a span belongs to: its rank, or its GPU process's device (pid where no device) without ranks."""
+    return pl.coalesce(pl.col("rank").cast(pl.Int64), pl.col("pid"))
+
+
+def collective_part(spans: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """Map: one file's collective calls (``CALL_COLUMNS``, plus its ``window`` rows: each participant's first
+    and last traced instant, kind null) and facts: point-to-point send/recv counts and ProfilerStep lengths."""
+    empty = pl.DataFrame(schema={c: t for c, t in _SCHEMA.items()})
+    if spans.is_empty():
+        return empty, {"p2p_send": 0, "p2p_recv": 0, "step_ns": []}
+    ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"]))
+    named = ranges.filter(pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(_NVTX))
+    named = named.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null())
+    groups = top_level(named.filter(~pl.col("kind").is_in(P2P)))
+    p2p = _outside(named.filter(pl.col("kind").is_in(P2P)), groups)
+    counts = _p2p_counts(p2p)
+    ranges = pl.concat([groups, p2p])
+    gpu = _gpu_calls(spans, ranges)
+    cpu = groups
+    cpu = cpu.with_columns(who=participant(cpu)).filter(~pl.col("who").is_in(gpu["who"].unique().implode()))
+    calls = pl.concat([gpu.select(CALL_COLUMNS), cpu.select(CALL_COLUMNS)], how="vertical_relaxed")
+    calls = calls.filter(~pl.col("kind").is_in(P2P))
+    who = spans.with_columns(who=participant(spans))
+    windows = who.group_by("who").agg(
+        rank=pl.col("rank").first(), lane=pl.lit(None, pl.String), start=pl.col("start").min(), end=pl.col("end").max()
+    ).with_columns(kind=pl.lit(None, pl.String))
+    steps = spans.filter(pl.col("kind") == "step")
+    facts = {
+        "p2p_send": int(counts.get("send", 0)),
+        "p2p_recv": int(counts.get("recv", 0)),
+        "step_ns": (steps["end"] - steps["start"]).to_list(),
+    }
+    out = pl.concat([calls.select(CALL_COLUMNS), windows.select(CALL_COLUMNS)], how="vertical_relaxed")
+    return out.cast(_SCHEMA), facts  # type: ignore[arg-type]
+
+
+_SCHEMA = {"who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "kind": pl.String, "start": pl.Int64,
+           "end": pl.Int64}
+_NVTX = r"^nccl[A-Z]"  # NCCL's own NVTX ranges (ncclSend, ncclAllReduce) as Nsight records them
+
+
+def _p2p_counts(p2p: pl.DataFrame) -> dict[str, int]:
+    """Sends and receives per kind: on each thread, the count of the name seen most often (one send is a
+    ``c10d::send`` and the ``gloo:send`` it opens, which may outlast it: asynchronous, so not nested)."""
+    if p2p.is_empty():
+        return {}
+    per_name = p2p.group_by("lane", "kind", "name").len()
+    per_lane = per_name.group_by("lane", "kind").agg(pl.col("len").max())
+    return dict(per_lane.group_by("kind").agg(pl.col("len").sum()).iter_rows())
+
+
+def _outside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
+    """The spans of ``inner`` that start outside every span of ``outer`` (disjoint, per lane)."""
+    if inner.is_empty() or outer.is_empty():
+        return inner
+    marks = outer.select("lane", at="start", outer_end="end").sort("lane", "at")
+    probe = inner.with_columns(at=pl.col("start")).sort("lane", "at")
+    hit = probe.join_asof(marks, on="at", by="lane", strategy="backward", check_sortedness=False)
+    return hit.filter(pl.col("outer_end").is_null() | (pl.col("at") >= pl.col("outer_end"))).select(inner.columns)
+
+
+def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """Collective kernels, each of the kind of its launch's outermost communication range (its own name's
+    kind where the launch is not inside one)."""
+    kernels = spans.filter((pl.col("kind") == "comm") & pl.col("device").is_not_null())
+    if kernels.is_empty():
+        return kernels.select(who=pl.lit(None, pl.Int64), rank="rank", lane="lane", kind=pl.lit(None, pl.String),
+                              start="start", end="end")
+    launches = spans.filter(pl.col("kind") == "runtime").select(
+        "source", "correlation", at_pid="pid", at_lane="lane", at="start"
+    )
+    # Correlation ids are unique per process in Nsight exports (the kernel's pid is its process there) and
+    # per file in Kineto's (a kernel has no pid).
+    joined = kernels.join(launches, on=["source", "correlation"], how="left").filter(
+        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid"))
+    ).unique(["source", "lane", "stream", "start", "end", "name"], keep="first", maintain_order=True)
+    marks = ranges.select(at_lane="lane", at="start", range_end="end", range_kind="kind").sort("at_lane", "at")
+    joined = joined.sort("at_lane", "at").join_asof(
+        marks, on="at", by="at_lane", strategy="backward", check_sortedness=False
+    )
+    inside = pl.col("at") < pl.col("range_end")
+    kind = pl.when(inside & pl.col("range_kind").is_not_null()).then("range_kind").otherwise(kind_of(pl.col("name")))
+    return joined.with_columns(who=participant(joined), kind=kind.fill_null("collective")).sort("who", "start")
+
+
+#: Members' kernels of one collective end together (the last arrival releases them all); they are matched
+#: when their ends lie within this much (plus 1% of the call's length) of each other.
+END_TOLERANCE_NS = 1_000_000
+
+
+def match(calls: pl.DataFrame, group_of: dict[int, int] | None = None) -> tuple[pl.DataFrame, int]:
+    """Reduce, first half: the calls of every file as matched collectives, one row per (call, participant):
+    ``group``, ``kind``, ``seq`` (the call), ``who``, ``rank``, ``lane``, ``start``, ``end``, ``last`` (the
+    call's last arrival), ``last_who``, ``wait`` (ns spun before it); and how many participants' calls
+    matched no call of every peer (left out). ``group_of`` (participant -> group) keeps matching inside
+    groups (a pipeline's stages).
+
+    Matching is by end: in each group and kind, the participant with the fewest calls anchors them; each
+    anchor call takes, from every peer, the call of that kind ending nearest to it, if it ends within
+    ``END_TOLERANCE_NS`` (+1%). Order alone would pair the wrong calls wherever one rank's trace lacks a
+    call (a sampled or filtered trace, a window opening mid-step). A match whose last arrival comes after
+    some member's end is no collective (or the clocks disagree) and is left out."""
+    windows = calls.filter(pl.col("kind").is_null())
+    real = calls.filter(pl.col("kind").is_not_null())
+    group = pl.col("who").replace_strict(group_of, default=None, return_dtype=pl.Int64) if group_of else pl.lit(0)
+    real = real.with_columns(group=group.cast(pl.Int64)).filter(pl.col("group").is_not_null())
+    windows = windows.with_columns(group=group.cast(pl.Int64)).filter(pl.col("group").is_not_null())
+    common = windows.group_by("group").agg(lo=pl.col("start").max(), hi=pl.col("end").min(), members=pl.len())
+    real = real.join(common, on="group").filter((pl.col("start") >= pl.col("lo")) & (pl.col("end") <= pl.col("hi")))
+    real = real.filter(pl.col("members") > 1).with_row_index("row")
+    if real.is_empty():
+        return _MATCHED.clear(), 0
+    counts = real.group_by("group", "kind", "who").len()
+    anchor = counts.sort("len", "who").group_by("group", "kind", maintain_order=True).first()
+    anchors = real.join(anchor.select("group", "kind", anchor="who"), on=["group", "kind"]).filter(
+        pl.col("who") == pl.col("anchor")
+    )
+    anchors = anchors.sort("end").with_columns(seq=pl.int_range(pl.len()).over("group", "kind"))
+    probe = anchors.select("group", "kind", "seq", "members", a_end="end", a_len=pl.col("end") - pl.col("start"))
+    probe = probe.join(real.select("group", "who").unique(), on="group").sort("a_end")
+    candidates = real.select("group", "kind", "who", "row", c_end="end").sort("c_end")
+    hit = probe.join_asof(candidates, left_on="a_end", right_on="c_end", by=["group", "kind", "who"],
+                          strategy="nearest", check_sortedness=False)
+    off = (pl.col("c_end") - pl.col("a_end")).abs()
+    hit = hit.filter(off <= END_TOLERANCE_NS + pl.col("a_len") // 100).with_columns(off=off)
+    hit = hit.sort("off").unique("row", keep="first")  # a call nearest to two anchors joins the nearer
+    per = ["group", "kind", "seq"]
+    rows = hit.select(*per, "members", "row").join(real.drop("group", "kind", "members"), on="row")
+    together = pl.col("start").max().over(per) <= pl.col("end").min().over(per)
+    rows = rows.filter((pl.len().over(per) == pl.col("members")) & together)
+    # The last to arrive: the latest start (the lowest participant among equal starts).
+    last_who = pl.col("who").sort_by("start", "who", descending=[True, False]).first().over(per)
+    rows = rows.with_columns(last=pl.col("start").max().over(per), last_who=last_who).with_columns(
+        wait=(pl.min_horizontal("end", "last") - pl.col("start")).clip(lower_bound=0)
+    )
+    return rows.select(_MATCHED.columns).cast(_MATCHED.schema), real.height - rows.height  # type: ignore[arg-type]
+
+
+_MATCHED = pl.DataFrame(schema={"group": pl.Int64, "kind": pl.String, "seq": pl.Int64, "who": pl.Int64,
+                                "rank": pl.Int32, "lane": pl.String, "start": pl.Int64, "end": pl.Int64,
+                                "last": pl.Int64, "last_who": pl.Int64, "wait": pl.Int64})
+
+
+def summarize(matched: pl.DataFrame, unmatched: int = 0, worst: int = 10) -> Collectives | None:
+    """Per-participant wait and lateness, and the worst calls, over the matched calls."""
+    if matched.is_empty():
+        return None
+    good = matched
+    per = ["group", "kind", "seq"]
+    calls = good.group_by(per).agg(
+        start=pl.col("start").min(),
+        skew=pl.col("last").first() - pl.col("start").min(),
+        last_who=pl.col("last_who").first(),
+        last_rank=pl.col("rank").filter(pl.col("who") == pl.col("last_who")).first(),
+        waited=pl.col("wait").sum(),
+        n=pl.len(),
+    )
+    late = calls.filter(pl.col("skew") > 0).group_by("last_who").agg(
+        late=pl.col("waited").sum(), last=pl.len()
+    )
+    ranks = (
+        good.group_by("who")
+        .agg(rank=pl.col("rank").first(), lane=pl.col("lane").drop_nulls().first(), calls=pl.len(),
+             wait=pl.col("wait").sum())
+        .join(late, left_on="who", right_on="last_who", how="left")
+        .with_columns(pl.col("late", "last").fill_null(0))
+        .sort("who")
+    )
+    rows = [
+        CollectiveRank(_label(r), r["calls"], r["wait"], r["late"], r["last"], r["lane"])
+        for r in ranks.iter_rows(named=True)
+    ]
+    top = calls.sort("waited", "start", descending=[True, False]).head(worst)
+    worst_calls = [
+        CollectiveCall(r["kind"], r["seq"], r["start"], r["skew"],
+                       r["last_rank"] if r["last_rank"] is not None else r["last_who"], r["waited"], r["n"])
+        for r in top.iter_rows(named=True)
+    ]
+    total = int(good["wait"].sum())
+    leader = max(rows, key=lambda r: (r.late_ns, -r.rank))
+    straggler = leader.rank if total and leader.late_ns * 2 >= total else None
+    return Collectives(calls.height, rows, worst_calls, straggler, total, "end", unmatched)
+
+
+def _label(row: dict) -> int:
+    return row["rank"] if row["rank"] is not None else row["who"]
+
+
+def straggler_note(collectives: Collectives) -> str | None:
+    """The headline about the rank the others waited for, when one stands out."""
+    if collectives.straggler is None:
+        return None
+    row = next(r for r in collectives.ranks if r.rank == collectives.straggler)
+    who = f"process {row.rank} ({row.lane})" if (row.lane or "").startswith("pid") else f"rank {row.rank}"
+    return (
+        f"{who} arrived last at {row.last} of {collectives.calls} collectives; "
+        f"others waited {row.late_ns / 1e6:,.1f} ms for it"
+    )
+
+
+def waits(
+    matched: pl.DataFrame, threshold_ns: float, stage_of: dict[int, int] | None = None, limit: int | None = None
+) -> tuple[list[Wait], int]:
+    """Every participant's spin at a matched collective longer than ``threshold_ns``, as a ``collective``
+    wait naming the rank that arrived last: the ``limit`` longest, and how many there are in all."""
+    if matched.is_empty():
+        return [], 0
+    good = matched.filter((pl.col("wait") > 0) & (pl.col("wait") > threshold_ns))
+    total = good.height
+    good = good.sort("wait", "start", "who", descending=[True, False, False])
+    good = good.head(limit) if limit is not None else good
+    last_rank = matched.select("group", "kind", "seq", last_who="who", last_rank="rank").unique()
+    good = good.join(last_rank, on=["group", "kind", "seq", "last_who"], how="left", maintain_order="left")
+    out = [
+        Wait(
+            stage=(stage_of or {}).get(r["who"]),
+            start_ns=r["start"],
+            dur_ns=r["wait"],
+            cause="collective",
+            before=None,
+            after=f"{r['kind']} #{r['seq']}",
+            lane=r["lane"],
+            rank=_label(r),
+            waited_for=r["last_rank"] if r["last_rank"] is not None else r["last_who"],
+        )
+        for r in good.iter_rows(named=True)
+    ]
+    return out, total

@@ -1,0 +1,128 @@
+"""The reduce of a whole job: its pipeline section (when it is one), its collectives matched across ranks,
+the waits of both, and the job's notes (not a pipeline and why, one rank of a bigger job, a straggler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+
+from pipebubble.analysis import collectives as coll
+from pipebubble.analysis.evidence import one_rank
+from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages
+from pipebubble.analysis.stage_part import StagePart
+from pipebubble.options import PipelineOptions
+from pipebubble.report import Collectives, Wait
+
+#: At most this many collective waits are listed (biggest first); ``Collectives`` sums them all.
+MAX_COLLECTIVE_WAITS = 1000
+
+
+@dataclass(frozen=True)
+class CommPart:
+    """What one file contributes to the collectives: its calls (``collectives.CALL_COLUMNS``) and facts
+    (``p2p_send``, ``p2p_recv``, ``step_ns``)."""
+
+    calls: pl.DataFrame
+    facts: dict
+
+
+@dataclass(frozen=True)
+class JobSection:
+    section: PipelineSection = field(default_factory=PipelineSection)
+    collectives: Collectives | None = None
+    waits: list[Wait] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def reduce_job(
+    stage_parts: list[StagePart], comm_parts: list[CommPart], metas: list[dict], options: PipelineOptions
+) -> JobSection:
+    """Reduce: the pipeline section on evidence, then the collectives (within a pipeline: among each stage's
+    data-parallel peers), the waits (a pipeline's gaps spent in a collective get cause ``collective``) and
+    the notes."""
+    p2p = {
+        "send": sum(c.facts.get("p2p_send", 0) for c in comm_parts),
+        "recv": sum(c.facts.get("p2p_recv", 0) for c in comm_parts),
+    }
+    section = reduce_stages(stage_parts, options, p2p)
+    calls = pl.concat([c.calls for c in comm_parts], how="vertical_relaxed") if comm_parts else pl.DataFrame()
+    stage_of = _stage_of(stage_parts, calls) if section.stages else None
+    matched, unmatched = coll.match(calls, stage_of) if calls.height else (pl.DataFrame(), 0)
+    collectives = coll.summarize(matched, unmatched) if matched.height else None
+    notes = list(section.notes)
+    if len(metas) == 1:
+        stage = section.stages[0].name if len(section.stages) == 1 else None
+        note = one_rank(metas[0], stage)
+        if note and section.pipeline is None:
+            notes.append(note)
+    if collectives is not None:
+        note = coll.straggler_note(collectives)
+        if note:
+            notes.append(note)
+    steps = [n for c in comm_parts for n in c.facts.get("step_ns", [])]
+    threshold = options.wait_threshold * (sum(steps) / len(steps) if steps else _span(calls))
+    limit = None if section.stages else MAX_COLLECTIVE_WAITS
+    spins, total = coll.waits(matched, threshold, stage_of, limit) if collectives is not None else ([], 0)
+    if section.stages:
+        waits = _collective_causes(section.waits, spins)
+    else:
+        waits = spins
+        if total > len(spins):
+            notes.append(f"waits: the {len(spins):,} longest of {total:,} collective waits listed")
+    return JobSection(replace(section, waits=waits), collectives, waits, notes)
+
+
+def _span(calls: pl.DataFrame) -> float:
+    if calls.is_empty():
+        return 0.0
+    return float(calls["end"].max() - calls["start"].min())
+
+
+def _stage_of(parts: list[StagePart], calls: pl.DataFrame) -> dict[int, int]:
+    """Participant -> stage position (by stage name: ``pp1`` of every data-parallel replica is one group),
+    through the lanes the stages' work ran on, over every file's part (replicas left out of the pipeline
+    analysed included: they are the stages' collective peers)."""
+    rows = [
+        (lane, part.names[stage])
+        for part in parts
+        for stage, lane in part.work.select("stage", "lane").unique().iter_rows()
+        if stage is not None and stage < len(part.names)
+    ]
+    if calls.is_empty() or not rows:
+        return {}
+    lanes = pl.DataFrame(rows, schema={"lane": pl.String, "name": pl.String}, orient="row").unique()
+    joined = calls.filter(pl.col("lane").is_not_null()).join(lanes, on="lane")
+    per = joined.group_by("who").agg(pl.col("name").mode().first())
+    names = {n: i for i, n in enumerate(sorted(set(per["name"].to_list())))}
+    return {who: names[name] for who, name in per.iter_rows()}
+
+
+def _collective_causes(waits: list[Wait], spins: list[Wait]) -> list[Wait]:
+    """A pipeline gap (not fill, drain or a neighbour's pass) that its stage spent mostly spinning in a
+    collective: cause ``collective``, waiting for the rank that arrived last."""
+    if not spins or not waits:
+        return waits
+    gaps = pl.DataFrame(
+        [(i, w.stage, w.start_ns, w.start_ns + w.dur_ns) for i, w in enumerate(waits)
+         if w.cause not in ("fill", "drain", "upstream", "downstream")],
+        schema={"i": pl.Int64, "stage": pl.Int64, "start": pl.Int64, "end": pl.Int64}, orient="row",
+    )
+    spun = pl.DataFrame(
+        [(w.stage, w.start_ns, w.start_ns + w.dur_ns, w.rank, w.waited_for) for w in spins if w.stage is not None],
+        schema={"stage": pl.Int64, "s": pl.Int64, "e": pl.Int64, "rank": pl.Int64, "waited_for": pl.Int64},
+        orient="row",
+    )
+    overlap = pl.min_horizontal("end", "e") - pl.max_horizontal("start", "s")
+    best = (
+        gaps.join(spun, on="stage")
+        .with_columns(overlap=overlap)
+        .filter(2 * pl.col("overlap") >= pl.col("end") - pl.col("start"))
+        .sort("overlap", descending=True)
+        .unique("i", keep="first")
+    )
+    found = {r["i"]: r for r in best.iter_rows(named=True)}
+    return [
+        replace(w, cause="collective", waited_for=found[i]["waited_for"], rank=found[i]["rank"]) if i in found else w
+        for i, w in enumerate(waits)
+    ]
