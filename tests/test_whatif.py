@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -21,7 +22,11 @@ from pipebubble.analysis.schedules import (
 )
 from pipebubble.analysis.whatif import (
     StageTimes,
+    action_duration,
+    action_setup,
+    hop_ns,
     ideal_step_time_ns,
+    off_note,
     rebalance,
     rescale_microbatches,
     simulate,
@@ -120,6 +125,37 @@ def test_zero_bubble_two_stages_by_hand() -> None:
     assert sim.bubble == Fraction(6 + 2, 36)
 
 
+def test_measured_hops_setup_and_tail_by_hand() -> None:
+    # The 1F1B case above with its hand-offs measured per pass (1 each, as p2p_ns=1 gave), stage 1 spending
+    # 1 of its own before every pass and computing 5 after its last.
+    ones = grid([1, 1], 2)
+    times = StageTimes(grid([2, 4], 2), grid([3, 6], 2), hop=(ones, ones),
+                       setup=(grid([0, 1], 2), grid([0, 1], 2), None), tail_ns=(0, 5))
+    sim = simulate(one_f_one_b(2, 2), times)
+    # s1: F0 free at 2 + 1, computes after its set-up 4-8; B0 9-15; F1 16-20; B1 21-27, then 5 of tail.
+    assert spans(sim, 1) == [("F0", 4, 8), ("B0", 9, 15), ("F1", 16, 20), ("B1", 21, 27)]
+    # s0: B0 waits for s1's B0 (15) + 1 -> 16-19; B1 for 27 + 1 -> 28-31.
+    assert spans(sim, 0) == [("F0", 0, 2), ("F1", 2, 4), ("B0", 16, 19), ("B1", 28, 31)]
+    assert sim.step_time_ns == 32  # stage 1's tail ends last
+    assert sim.busy_ns == (10, 20)  # set-up and tail occupy a stage without being its pass work
+    assert simulate(one_f_one_b(2, 2), times.passes_only()).step_time_ns == 25
+
+
+def test_chunked_times_are_replayed_whole_per_virtual_stage() -> None:
+    # p=2, v=2: stage 0 holds virtual stages 0 and 2, stage 1 holds 1 and 3; chunk 1 of stage 0 is slow.
+    per_virtual = StageTimes(grid([1, 2, 9, 2], 4), grid([2, 4, 18, 4], 4))
+    times = StageTimes(grid([10, 4], 4), grid([20, 8], 4), chunked=per_virtual)
+    plan = make_schedule("interleaved_1f1b", 2, 4, 2)
+    f0, f1 = Action("F", 0, 0), Action("F", 0, 1)
+    assert [action_duration(plan, times, 0, a) for a in (f0, f1)] == [1, 9]
+    assert [action_duration(plan, replace(times, chunked=None), 0, a) for a in (f0, f1)] == [5, 5]
+    assert action_duration(make_schedule("1f1b", 2, 4), times, 0, f0) == 10  # one chunk: the stage's times
+    sim = simulate(plan, times)
+    assert sim.busy_ns == (4 * 30, 4 * 12)
+    assert rescale_microbatches(times, 8).chunked.forward[2] == (5, 5, 5, 5, 4, 4, 4, 4)  # 36 over 8
+    assert rebalance(times).chunked.forward[2] == (6,) * 4  # 9 · 84/120: stage 0 moves to the mean work
+
+
 def test_gpipe_imbalanced_step_time_is_exact() -> None:
     # All forwards then all backwards: two flow shops of identical jobs, each sum(t) + (m-1)·max(t).
     f, b, m = [1_000, 1_000, 3_000, 1_500], [2_000, 2_500, 6_000, 2_000], 8
@@ -159,6 +195,11 @@ def cases(draw):
     as_grid = lambda rows: tuple(map(tuple, rows))  # noqa: E731
     forward, backward = as_grid(draw(durations)), as_grid(draw(durations))
     times = StageTimes(forward, backward, weight and as_grid(weight), draw(st.integers(0, 5)))
+    if draw(st.booleans()):  # measured hand-offs, set-up and tails
+        small = st.lists(st.lists(st.integers(0, 9), min_size=m, max_size=m), min_size=p, max_size=p).map(as_grid)
+        setup = (draw(small), draw(small), draw(small) if weight else None)
+        tail = tuple(draw(st.lists(st.integers(0, 9), min_size=p, max_size=p)))
+        times = replace(times, hop=(draw(small), draw(small)), setup=setup, tail_ns=tail)
     return name, p, m, v, times
 
 
@@ -178,7 +219,9 @@ def test_simulation_properties(case) -> None:
     sim = simulate(schedule, times)
     assert 0 <= sim.bubble < 1
     assert sim.step_time_ns >= ideal_step_time_ns(times)
-    assert sum(sim.busy_ns) == sum(times.stage_total(s) for s in range(p))
+    assert sum(sim.busy_ns) == sum(times.stage_total(s) for s in range(p))  # set-up and tails are not busy
+    tail = times.tail_ns or (0,) * p
+    assert sim.step_time_ns == max(row[-1].end_ns + tail[s] for s, row in enumerate(sim.actions))
     ends = {}
     for s, row in enumerate(sim.actions):
         assert [t.action for t in row] == list(schedule.orders[s])  # each action once, in order
@@ -191,9 +234,10 @@ def test_simulation_properties(case) -> None:
     for (phase, j, k), t in ends.items():
         after_b = ("B", j, k + 1) if k < last else ("F", j, k)
         dep = {"F": ("F", j, k - 1), "B": after_b, "W": ("B", j, k)}[phase]
+        setup = action_setup(schedule, times, t.stage, t.action)
         if dep in ends:
-            hop = times.p2p_ns if dep[2] % p != t.stage else 0
-            assert t.start_ns >= ends[dep].end_ns + hop
+            hop = hop_ns(schedule, times, t.stage, t.action) if dep[2] % p != t.stage else 0
+            assert t.start_ns >= ends[dep].end_ns + hop + setup
         else:
             assert phase == "F" and k == 0
 
@@ -254,6 +298,25 @@ def test_what_if_predicts_other_schedules_and_microbatch_counts() -> None:
     assert by_label["m=64"].to_dict()["note"].startswith("same global batch")
 
 
+def test_what_if_speedups_are_against_the_measured_step() -> None:
+    times = StageTimes(grid([1_000] * 4, 8), grid([2_000] * 4, 8))  # replays 33 µs
+    recs = {r.label.split(" → ")[0]: r for r in what_if(times, "1f1b", measured_step_ns=36_000)}
+    current = recs["current: 1f1b, m=8"]
+    assert current.step_time_ns == 33_000 and current.speedup == 36_000 / 33_000
+    assert current.note == (
+        "replay 0.03 ms is 8.3 % shorter than the measured 0.04 ms step; speed-ups are against the measured step"
+    )
+    assert recs["m=64"].speedup == 36_000 / (24_000 + 3 * 375)
+    exact = {r.label.split(" → ")[0]: r for r in what_if(times, "1f1b", measured_step_ns=33_000)}
+    assert exact["current: 1f1b, m=8"].note == "" and exact["current: 1f1b, m=8"].speedup == 1.0
+    noted = what_if(times, "1f1b", measured_step_ns=36_000, current_note="why")
+    assert next(r.note for r in noted if r.label.startswith("current")) == "why"
+    assert off_note(1_000_500, 1_000_000) == ""  # within 0.1 %
+    assert off_note(301_547_961, 360_051_121, "hand-offs not measured").startswith(
+        "replay 301.55 ms is 16.2 % shorter than the measured 360.05 ms step (hand-offs not measured);"
+    )
+
+
 def test_what_if_rebalance_helps_an_imbalanced_pipeline() -> None:
     times = StageTimes(grid([1_000, 1_000, 2_000, 1_000], 8), grid([2_000, 2_000, 4_000, 2_000], 8))
     recs = {r.label.split(" → ")[0]: r for r in what_if(times, "1f1b")}
@@ -278,6 +341,18 @@ def test_rescale_and_rebalance_keep_the_work() -> None:
     balanced = rebalance(times)
     mean = (times.stage_total(0) + times.stage_total(1)) // 2
     assert balanced.stage_total(0) == balanced.stage_total(1) == mean
+
+
+def test_rescale_keeps_per_microbatch_overheads_and_rebalance_keeps_them_all() -> None:
+    hop = (grid([5, 7], 4), grid([3, 3], 4))
+    setup = (((1, 2, 3, 6), (0, 0, 0, 0)), grid([4, 4], 4), None)
+    times = StageTimes(grid([1_000, 3_000], 4), grid([2_000, 6_000], 4), hop=hop, setup=setup, tail_ns=(0, 9))
+    scaled = rescale_microbatches(times, 2)
+    assert scaled.hop == (grid([5, 7], 2), grid([3, 3], 2))  # a hand-off per micro-batch, whatever its size
+    assert scaled.setup == (((3, 3), (0, 0)), grid([4, 4], 2), None) and scaled.tail_ns == (0, 9)
+    balanced = rebalance(times)
+    assert (balanced.hop, balanced.setup, balanced.tail_ns) == (hop, setup, (0, 9))
+    assert times.passes_only() == StageTimes(times.forward, times.backward)
 
 
 # --- `pipebubble theory` --------------------------------------------------------------------------------

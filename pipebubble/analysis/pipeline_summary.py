@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import polars as pl
 
+from pipebubble.analysis import calibrate, schedules, whatif
 from pipebubble.analysis import pipeline as pm
-from pipebubble.analysis import schedules, whatif
 from pipebubble.errors import StageSpecError
 from pipebubble.report import Pipeline, Recommendation, StepResult
 
@@ -24,11 +24,14 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
     busy = [s.busy_ns for s in stage_rows]
     with_comm = [s.busy_ns + s.comm_ns for s in stage_rows]
     steps = len(wins)
-    times = _stage_times(work, p, m)
+    step_ns = window // steps if steps else 0
+    times = calibrate.replay_times(work, p, m)
+    cal = calibrate.calibration_or_none(times, schedule, chunks, step_ns, work)
     theory = _theory(schedule, p, m, chunks, stage_rows)
-    notes = _notes(facts, schedule, m, times, stage_rows)
+    notes = _notes(facts, schedule, m, times, stage_rows) + ([cal.note] if cal and cal.note else [])
     host_ns = sum(w.dur_ns for w in waits if w.cause in ("host", "sync"))
-    excess, causes = _excess(bubble, theory, schedule, chunks, times, stage_rows, p * window, host_ns)
+    plain = times.passes_only() if times else None  # imbalance is the replay without delays
+    excess, causes = _excess(bubble, theory, schedule, chunks, plain, stage_rows, p * window, host_ns)
     return Pipeline(
         stages=p,
         microbatches=m,
@@ -47,10 +50,12 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
         pipeline_efficiency=(1 - bubble) / (1 - theory) if theory is not None and theory < 1 else None,
         microbatches_inferred=facts["inferred"] and m is not None,
         steps=_step_results(table, wins, p),
-        step_time_ns=window // steps if steps else 0,
+        step_time_ns=step_ns,
         idle_gpu_ns_per_step=idle // steps if steps else 0,
         **_cost(options.gpu_cost, p, bubble, idle, steps),
-        recommendations=_recommendations(times, schedule, chunks),
+        recommendations=_recommendations(times, schedule, chunks, step_ns, cal),
+        replayed_step_ns=cal.replayed_step_ns if cal else None,
+        replay_error=cal.error if cal else None,
         notes=notes,
     )
 
@@ -77,26 +82,6 @@ def _theory(schedule, p, m, chunks, stage_rows) -> float | None:
         return None
 
 
-def _stage_times(work: pl.DataFrame, p: int, m: int | None) -> whatif.StageTimes | None:
-    """Measured per-stage, per-micro-batch F/B/W ns (None when some pass is missing)."""
-    if not m:
-        return None
-    per = pm.microbatch_times(work)
-    grid = {(r["stage"], r["microbatch"], r["phase"]): r["ns"] for r in per.iter_rows(named=True)}
-    mbs = sorted(per["microbatch"].unique().to_list())
-    if len(mbs) != m:
-        return None
-
-    def rows(phase: str):
-        return tuple(tuple(grid.get((s, j, phase)) for j in mbs) for s in range(p))
-
-    forward, backward, weight = rows("forward"), rows("backward"), rows("weight")
-    if any(v is None for r in forward + backward for v in r):
-        return None
-    has_w = all(v is not None for r in weight for v in r)
-    return whatif.StageTimes(forward, backward, weight if has_w else None)
-
-
 def _excess(
     bubble, theory, schedule, chunks, times, stage_rows, capacity, host_ns
 ) -> tuple[float | None, dict[str, float]]:
@@ -119,11 +104,13 @@ def _excess(
     return excess, {"imbalance": imbalance, "communication": comm, "host": host, "other": max(0.0, left - comm - host)}
 
 
-def _recommendations(times, schedule, chunks) -> list[Recommendation]:
+def _recommendations(times, schedule, chunks, step_ns, cal) -> list[Recommendation]:
+    """What-ifs replayed with the calibrated times; speed-ups against the measured step."""
     if times is None or schedule is None:
         return []
     try:
-        return list(whatif.what_if(times, schedule, chunks))
+        note = (cal.note or "") if cal else ""
+        return list(whatif.what_if(times, schedule, chunks, measured_step_ns=step_ns or None, current_note=note))
     except StageSpecError:
         return []
 
