@@ -14,15 +14,17 @@ from typing import Any
 from pipebubble.errors import StageSpecError
 
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "tp-pp-dp", "pp-dp-tp")
-STAGE_BY = ("rank", "device", "process", "stream")
+STAGE_BY = ("rank", "device", "process", "stream", "thread")
 EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
 class StageOptions:
-    """Who is a stage and how passes are labelled (see ``analysis.stages``)."""
+    """Who is a stage and how passes are labelled (see ``analysis.stages`` and ``analysis.labels``).
+    ``stage_by`` thread: one stage per CPU thread, its GPU work following it; ``microbatch_regex`` (named
+    groups phase, mb, chunk) finds labels among annotations, else among work spans that are passes themselves."""
 
-    stage_by: str | None = None  # rank | device | process | stream
+    stage_by: str | None = None  # rank | device | process | stream | thread
     rules: tuple[tuple[str, str], ...] = ()  # (name, regex on lane id)
     pp_size: int | None = None
     rank_order: str = "tp-cp-ep-dp-pp"

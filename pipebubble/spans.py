@@ -40,10 +40,27 @@ HOST_WORK = ("cpu_op", "runtime", "sync")
 HOST_CALLS = ("cpu_op", "runtime")
 
 # The communication rule, for every format. A kernel named like a collective or point-to-point transfer
-# (NCCL/RCCL) is of kind ``comm``; so is a CPU range of a collective library (``gloo:all_reduce``). The
-# analysis also gives the communication role to CPU ranges named like c10d's (``c10d::send``), torch's
-# ``record_param_comms`` and torch.distributed.pipelining's ``PP:{stage}SEND_``/``RECV_``.
-COMM_KERNELS = r"(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)|AllReduce|ReduceScatter|AllGather|SendRecv"
+# (NCCL/RCCL), like a DeepEP all-to-all or an NVSHMEM one is of kind ``comm``; so is a CPU range of a
+# collective library (``gloo:all_reduce``). The analysis also gives the communication role to CPU ranges named
+# like c10d's (``c10d::send``), torch's ``record_param_comms`` and torch.distributed.pipelining's
+# ``PP:{stage}SEND_``/``RECV_``.
+NCCL_KERNELS = r"^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)|AllReduce|ReduceScatter|AllGather|SendRecv"
+#: DeepEP (deepseek-ai/DeepEP, csrc/kernels/api.cuh): its ``intranode``, ``internode`` and ``internode_ll``
+#: namespaces hold only the MoE all-to-all and its handshakes (``notify_dispatch``, ``cached_notify``,
+#: ``cached_notify_dispatch``/``_combine``, ``dispatch``, ``combine``, ``barrier``, the low-latency
+#: ``dispatch``/``combine`` and ``clean_low_latency_buffer``); DeepSeek's published traces name the same
+#: kernels ``dpsk::ep::internode::dispatch<...>``, ``...::dispatch_ll``. DeepEP 2 compiles
+#: ``deep_ep::elastic::{hybrid_,}dispatch_impl``/``combine_impl``, ``barrier_impl``, ``pp_send_impl``/``pp_recv_impl``.
+#: Local computation is not communication: ``deep_ep::layout::get_dispatch_layout``,
+#: ``dpsk::ep::cuda::get_dispatch_layout``, the elastic copy and reduce epilogues, CUB's ``cdpsk::ep::``
+#: scans, a kernel merely templated on a DeepEP type and any ``moe_combine``-like kernel of another library.
+DEEPEP_KERNELS = (
+    r"^(void )?(deep_ep|dpsk::ep)::(intranode|internode|internode_ll)::"
+    r"|^(void )?deep_ep::elastic::((hybrid_)?(dispatch|combine)|barrier|pp_send|pp_recv)_impl\b"
+)
+#: NVSHMEM's own kernels (``nvshmemi_proxy_rma_entrypoint``, ``nvshmemi_reduce_kernel``, on-stream waits).
+NVSHMEM_KERNELS = r"^(void )?nvshmem[ix]?_"
+COMM_KERNELS = "(?i)" + "|".join((NCCL_KERNELS, DEEPEP_KERNELS, NVSHMEM_KERNELS))
 COLLECTIVE_RANGES = r"^(gloo|nccl|mpi|ucc):"
 COMM_NAMES = "(?i)" + "|".join((COLLECTIVE_RANGES, r"^c10d::", "record_param_comms", r"^PP:\d+(SEND|RECV)_"))
 #: Operators of a backward pass (autograd's engine runs them), for inferring passes without labels.

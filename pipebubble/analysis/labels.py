@@ -1,10 +1,24 @@
 """Which span is which micro-batch pass.
 
-Micro-batch labels are CPU ranges: torch.distributed.pipelining ``PP:{stage}{F|B|I|W}{mb}``, GPipe's
-``Forward {mb}`` / ``Backward {mb}``, zero-bubble NVTX ``F{mb}.{chunk}.{seq}``, Megatron ``forward-compute`` /
-``backward-compute`` (numbered by order), or ``--microbatch-regex`` with named groups ``phase``, ``mb`` and
-optionally ``chunk``. A span belongs to the innermost label whose range holds its start (CPU work) or the
-start of the runtime call that launched it (GPU work, joined on the launch's correlation id).
+Micro-batch labels are CPU ranges (or work spans, below): torch.distributed.pipelining
+``PP:{stage}{F|B|I|W}{mb}``, GPipe's ``Forward {mb}`` / ``Backward {mb}``, zero-bubble NVTX
+``F{mb}.{chunk}.{seq}``, Megatron ``forward-compute`` / ``backward-compute`` (numbered by order in each
+ProfilerStep), DualPipe's per-layer parts (below), or ``--microbatch-regex`` with named groups ``phase``, ``mb``
+and optionally ``chunk``. Where no range matches it, a custom regex matches work spans (CPU operators, kernels)
+that are passes themselves, such as ``F_{stage},{mb}`` ops on one thread per stage: such a span is its own
+label. A span belongs to the innermost label whose range holds its start (CPU work) or the start of the runtime
+call that launched it (GPU work, joined on the launch's correlation id); a kernel that is a label labels itself
+(and whatever else its stream runs inside it).
+
+DualPipe (DeepSeek-V3; deepseek-ai/profile-data's training trace, Megatron-core's overlapped MoE schedule)
+labels each layer's part of a pass, ``attn(F)``, ``mlp(B)``, ``mlp(W)``, ``dispatch(F)``, ``combine(B)`` ... in
+lower or upper case: ``attn``/``mlp`` are compute, ``dispatch``/``combine`` the two directions of the MoE
+all-to-all (their kernels are DeepEP's, communication by ``spans.COMM_KERNELS``); F is forward, B backward for
+inputs, W backward for weights. The labels carry no micro-batch: a pass is the labels of one direction (F; or B
+with its W) under one enclosing range on their thread (DeepSeek's ``1F1B`` holds one overlapped forward and
+backward chunk), labels outside any range grouped by the run they form, and the n-th pass of a direction on a
+thread in a ProfilerStep is micro-batch n (as Megatron's are numbered by order). A custom regex with a ``part``
+group and no ``mb`` is numbered the same way.
 """
 
 from __future__ import annotations
@@ -15,13 +29,16 @@ import polars as pl
 
 from pipebubble.analysis.intervals import top_level
 from pipebubble.options import check_regex
+from pipebubble.spans import CPU_WORK, GPU_WORK
 
-#: (name, regex); groups: phase letter or word, mb, chunk (a virtual stage id or chunk index).
+#: (name, regex); groups: phase letter or word, mb, chunk (a virtual stage id or chunk index), part (the part
+#: of a pass a label names, when labels name parts).
 LABEL_PATTERNS = (
     ("torch_pipelining", r"^PP:(?P<chunk>\d+)(?P<phase>[FBIW])(?P<mb>\d+)$"),
     ("gpipe", r"^(?P<phase>Forward|Backward) (?P<mb>\d+)$"),
     ("zero_bubble", r"^(?P<phase>[FBW])(?P<mb>\d+)\.(?P<chunk>\d+)\.(?P<seq>\d+)$"),
     ("megatron", r"^(?P<phase>forward|backward)-compute$"),
+    ("dualpipe", r"^(?P<part>(?i:attn|mlp|dispatch|combine|mtp_post_process))\((?P<phase>[FBW])\)$"),
 )
 PHASES = {
     "F": "forward",
@@ -34,43 +51,135 @@ PHASES = {
     "Forward": "forward",
     "Backward": "backward",
 }
+#: Kinds a custom regex finds passes among where no annotation matches it: work spans that are passes.
+PASS_KINDS = tuple(dict.fromkeys(CPU_WORK + GPU_WORK))
+#: ``key``: the thread lane of a CPU label, ``lane#stream`` of a GPU one (a kernel labels its own stream).
+LABEL_COLUMNS = ["rank", "pid", "tid", "lane", "key", "device", "stream", "start", "end", "phase", "microbatch",
+                 "chunk"]
+
+
+def label_spans(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, str | None, str]:
+    """The spans that are micro-batch labels (rows of ``spans``), the name of the pattern that found them
+    (the first that matches any span wins; None when none does) and its regex. A custom regex looks among
+    annotations first and, where none matches, among work spans (``PASS_KINDS``); built-in patterns name
+    ranges only."""
+    notes = spans.filter(pl.col("kind") == "annotation")
+    if microbatch_regex:
+        check_regex(microbatch_regex)
+        for among in (notes, spans.filter(pl.col("kind").is_in(PASS_KINDS))):
+            found = _named(among, microbatch_regex)
+            if found.height:
+                return found, "custom", microbatch_regex
+    for name, regex in LABEL_PATTERNS:
+        found = _named(notes, regex)
+        if found.height:
+            return found, name, regex
+    return spans.clear(), None, ""
+
+
+def _named(frame: pl.DataFrame, regex: str) -> pl.DataFrame:
+    """Rows whose name matches ``regex``; names repeat heavily, so the regex runs once per distinct name."""
+    names = frame.select(pl.col("name").unique()).filter(pl.col("name").str.contains(regex))["name"]
+    return frame.filter(pl.col("name").is_in(names.implode()))
 
 
 def labels(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, str | None]:
-    """Micro-batch labels among annotation spans: rank, pid, tid, lane, start, end, phase, microbatch, chunk;
-    and which pattern matched (the first that matches any span wins)."""
-    notes = spans.filter(pl.col("kind") == "annotation")
-    patterns = ((("custom", microbatch_regex),) if microbatch_regex else ()) + LABEL_PATTERNS
-    for name, regex in patterns:
-        check_regex(regex)
-        found = notes.filter(pl.col("name").str.contains(regex))
-        if found.height:
-            return _label_frame(found, regex, name), name
-    return notes.clear().with_columns(chunk=pl.lit(None, pl.Int32)).select(*_LABEL_COLUMNS), None
+    """Micro-batch labels (``LABEL_COLUMNS``) and which pattern matched."""
+    found, pattern, regex = label_spans(spans, microbatch_regex)
+    if pattern is None:
+        return _with_key(found).with_columns(chunk=pl.lit(None, pl.Int32)).select(LABEL_COLUMNS), None
+    return _label_frame(found, regex, spans), pattern
 
 
-_LABEL_COLUMNS = ["rank", "pid", "tid", "lane", "start", "end", "phase", "microbatch", "chunk"]
+def _with_key(frame: pl.DataFrame) -> pl.DataFrame:
+    own = pl.format("{}#{}", "lane", pl.col("stream").fill_null(-1))
+    return frame.with_columns(key=pl.when(pl.col("device").is_null()).then("lane").otherwise(own))
 
 
-def _label_frame(found: pl.DataFrame, regex: str, pattern: str) -> pl.DataFrame:
+def _label_frame(found: pl.DataFrame, regex: str, spans: pl.DataFrame) -> pl.DataFrame:
     groups = re.compile(regex).groupindex
-    parts = pl.col("name").str.extract_groups(regex)
-    frame = found.drop("phase", "microbatch").with_columns(parts=parts).unnest("parts")
-    phase = pl.col("phase").replace_strict(PHASES, default=None) if "phase" in groups else pl.lit("forward")
+    frame = _with_key(found).with_columns(parts=pl.col("name").str.extract_groups(regex))
+
+    def group(name: str) -> pl.Expr:
+        return pl.col("parts").struct.field(name)
+
+    phase = group("phase").replace_strict(PHASES, default=None) if "phase" in groups else pl.lit("forward")
     frame = frame.with_columns(
         phase=phase,
-        microbatch=pl.col("mb").cast(pl.Int32, strict=False) if "mb" in groups else pl.lit(None, pl.Int32),
-        chunk=pl.col("chunk").cast(pl.Int32, strict=False) if "chunk" in groups else pl.lit(None, pl.Int32),
+        microbatch=group("mb").cast(pl.Int32, strict=False) if "mb" in groups else pl.lit(None, pl.Int32),
+        chunk=group("chunk").cast(pl.Int32, strict=False) if "chunk" in groups else pl.lit(None, pl.Int32),
+    ).filter(pl.col("phase").is_not_null())
+    if "mb" in groups:
+        pass
+    elif "part" in groups:
+        frame = _number_passes(_with_step(frame, spans), spans, regex)
+    else:  # Megatron: the n-th forward (backward) range on a thread in a step is micro-batch n
+        number = pl.int_range(pl.len()).over("key", "step", "phase").cast(pl.Int32)
+        frame = _with_step(frame, spans).sort("start").with_columns(microbatch=number)
+    return frame.select(LABEL_COLUMNS).sort("key", "start")
+
+
+def _with_step(frame: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """``step``: which ProfilerStep on the label's thread it starts in (0 before the first, or without any),
+    so labels numbered by order count afresh each step."""
+    marks = spans.filter(pl.col("kind") == "step").select(key="lane", at="start").sort("key", "at")
+    marks = marks.with_columns(step=pl.int_range(pl.len()).over("key").cast(pl.Int32))
+    joined = frame.with_columns(at=pl.col("start")).sort("key", "at").join_asof(
+        marks, on="at", by="key", strategy="backward", check_sortedness=False
     )
-    if "mb" not in groups:  # Megatron: the n-th forward (backward) range on a thread is micro-batch n
-        frame = frame.sort("start").with_columns(microbatch=pl.int_range(pl.len()).over("lane", "phase").cast(pl.Int32))
-    return frame.filter(pl.col("phase").is_not_null()).select(_LABEL_COLUMNS).sort("lane", "start")
+    return joined.with_columns(pl.col("step").fill_null(0)).drop("at")
+
+
+def _number_passes(frame: pl.DataFrame, spans: pl.DataFrame, regex: str) -> pl.DataFrame:
+    """Labels of parts of passes: a pass is the labels of one direction (forward; backward and weight) in one
+    group (the enclosing range, or the run of labels outside any), the n-th of a direction on a thread in a
+    step is micro-batch n."""
+    held = frame.with_columns(container=_enclosing(frame, spans, regex)).sort("key", "start")
+    direction = pl.when(pl.col("phase") == "forward").then(pl.lit("F")).otherwise(pl.lit("B"))
+    held = held.with_columns(group=pl.col("container").rle_id().over("key"), direction=direction)
+    number = pl.col("group").rank("dense").over("key", "step", "direction") - 1
+    return held.with_columns(microbatch=number.cast(pl.Int32))
+
+
+def _enclosing(frame: pl.DataFrame, spans: pl.DataFrame, regex: str) -> pl.Series:
+    """Start of the innermost annotation range (not itself a label) holding each label on its thread, in
+    ``frame``'s order; null for labels under none. Ranges that hold a label are looked up as of the label's
+    start; when the nearest one closed before the label (a range of its own further in), the top-level one
+    holding it is taken."""
+    ranges = spans.filter(
+        (pl.col("kind") == "annotation")
+        & pl.col("lane").is_in(frame["key"].unique().implode())
+        & ~pl.col("name").str.contains(regex)
+    ).select(key="lane", start="start", end="end")
+    firsts = frame.select("key", first="start", first_end="end").sort("key", "first")
+    holders = (
+        ranges.sort("key", "start")
+        .join_asof(firsts, left_on="start", right_on="first", by="key", strategy="forward", check_sortedness=False)
+        .filter(pl.col("first_end") <= pl.col("end"))
+        .select("key", "start", "end")
+    )
+    probe = frame.select("key", "start", "end").with_row_index("row").sort("key", "start")
+    for name, table in (("inner", holders), ("outer", top_level(holders, by="key"))):
+        marks = table.select("key", pl.col("start").alias(f"{name}_start"), pl.col("end").alias(f"{name}_end"))
+        probe = probe.join_asof(
+            marks.sort("key", f"{name}_start"), left_on="start", right_on=f"{name}_start", by="key",
+            strategy="backward", check_sortedness=False,
+        )
+    container = (
+        pl.when(pl.col("inner_end") >= pl.col("end"))
+        .then("inner_start")
+        .when(pl.col("outer_end") >= pl.col("end"))
+        .then("outer_start")
+    )
+    return probe.sort("row").select(container=container)["container"]
 
 
 def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
     """Give each work span the (phase, microbatch, chunk) of the label holding its start (CPU work) or its
-    launch call's start (GPU work). Spans under no label get null phase. ``context`` names the top-level CPU
-    operator that launched GPU work (the span's own name for CPU work), for inferring passes without labels."""
+    launch call's start (GPU work); a kernel on a labelled stretch of its own stream (a kernel label) takes
+    that label first. Spans under no label get null phase. ``launched`` is that CPU instant (null for GPU work
+    without its launch); ``context`` names the top-level CPU operator that launched GPU work (the span's own
+    name for CPU work), for inferring passes without labels."""
     launches = spans.filter(pl.col("kind") == "runtime").select(
         "source", "correlation", launch_lane="lane", launch_pid="pid", launch_start="start"
     )
@@ -79,33 +188,36 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
         .filter(pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid")))
         .unique(["source", "lane", "stream", "start", "end", "name"], keep="first", maintain_order=True)
     )
+    on_gpu = pl.col("device").is_not_null()
     keyed = keyed.with_columns(
-        at=pl.when(pl.col("device").is_not_null()).then("launch_start").otherwise("start"),
-        at_lane=pl.when(pl.col("device").is_not_null()).then("launch_lane").otherwise("lane"),
+        at=pl.when(on_gpu).then("launch_start").otherwise("start"),
+        at_lane=pl.when(on_gpu).then("launch_lane").otherwise("lane"),
+        own=pl.when(on_gpu).then(pl.format("{}#{}", "lane", pl.col("stream").fill_null(-1))),
     )
-    marks = found.select(
-        at_lane="lane", at="start", label_end="end", label_phase="phase", label_mb="microbatch", label_chunk="chunk"
-    ).sort("at_lane", "at")
-    joined = keyed.sort("at_lane", "at").join_asof(
-        marks, on="at", by="at_lane", strategy="backward", check_sortedness=False
-    )
-    inside = pl.col("at") < pl.col("label_end")
+    on_cpu = found.filter(pl.col("device").is_null())
+    joined = _look_up(keyed, on_cpu, "at_lane", "at", "cpu")
+    joined = _look_up(joined, found.filter(pl.col("device").is_not_null()), "own", "start", "gpu")
     joined = _launch_context(joined, spans)
+    label = [f"{side}_{c}" for side in ("gpu", "cpu") for c in ("phase", "mb", "chunk", "in")]
+    take = pl.col("gpu_in").fill_null(False)
     return joined.with_columns(
-        phase=pl.when(inside).then("label_phase"),
-        microbatch=pl.when(inside).then("label_mb"),
-        chunk=pl.when(inside).then("label_chunk"),
-    ).drop(
-        "launch_lane",
-        "launch_pid",
-        "launch_start",
-        "at",
-        "at_lane",
-        "label_end",
-        "label_phase",
-        "label_mb",
-        "label_chunk",
-    )
+        launched=pl.col("at"),
+        phase=pl.when(take).then("gpu_phase").when(pl.col("cpu_in").fill_null(False)).then("cpu_phase"),
+        microbatch=pl.when(take).then("gpu_mb").when(pl.col("cpu_in").fill_null(False)).then("cpu_mb"),
+        chunk=pl.when(take).then("gpu_chunk").when(pl.col("cpu_in").fill_null(False)).then("cpu_chunk"),
+    ).drop("launch_lane", "launch_pid", "launch_start", "at", "at_lane", "own", *label)
+
+
+def _look_up(keyed: pl.DataFrame, found: pl.DataFrame, by: str, at: str, side: str) -> pl.DataFrame:
+    """The latest label of ``found`` starting at or before ``at`` on key ``by``: its phase, microbatch and
+    chunk, and ``{side}_in``, whether its range still holds ``at``."""
+    marks = found.select(
+        pl.col("key").alias(by), pl.col("start").alias(at), _end=pl.col("end"), **{
+            f"{side}_phase": pl.col("phase"), f"{side}_mb": pl.col("microbatch"), f"{side}_chunk": pl.col("chunk")
+        }
+    ).sort(by, at)
+    joined = keyed.sort(by, at).join_asof(marks, on=at, by=by, strategy="backward", check_sortedness=False)
+    return joined.with_columns(**{f"{side}_in": pl.col(at) < pl.col("_end")}).drop("_end")
 
 
 def _launch_context(keyed: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:

@@ -94,8 +94,9 @@ def reduce_stages(
     if p >= 2 and not found:
         unit = "ranks" if all(n.startswith("rank") for n in names) else "GPUs"
         return PipelineSection(notes=[not_a_pipeline(p, unit)])
-    if p == 0 or (p == 1 and not found):
-        return PipelineSection()
+    stage_of_many = facts["pattern"] is not None or any(part.pipeline is not None for part in parts)
+    if p == 0 or (p == 1 and not stage_of_many):
+        return PipelineSection()  # one stage is analysed alone only when its labels or group say it is one
     work = pm.complete_steps(work)
     if work.is_empty():
         return PipelineSection()

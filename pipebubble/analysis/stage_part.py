@@ -38,7 +38,8 @@ def stage_part(
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
     is ``alone`` (the whole job) and holds a single stage that is not known to be one stage of a pipeline
     (by micro-batch labels or its pipeline process group): no pipeline, so no work to label."""
-    if alone and not options.stages.rules and one_stage(spans) and not _one_stage_of_many(spans, options, groups):
+    explicit = options.stages.rules or options.stages.stage_by
+    if alone and not explicit and one_stage(spans) and not _one_stage_of_many(spans, options, groups):
         return None
     mapped = assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()

@@ -4,7 +4,9 @@ A folder of per-rank traces gives one stage per rank in rank order (``--pp-size`
 Megatron-style layouts where only some ranks differ in pipeline rank); one file holding several GPU
 processes (Nsight) gives one stage per GPU in device order; ``--stage-by`` and ``--stage NAME=REGEX`` (on lane
 ids) override; a rank's pipeline process group (Kineto ``distributedInfo.pg_config``) gives its stage
-directly. Which span is which micro-batch pass is ``labels.py``'s.
+directly. ``--stage-by thread`` makes each CPU thread that runs a stage's work a stage (one thread per stage,
+in one process or several), and GPU work follows the thread that launched it. Which span is which
+micro-batch pass is ``labels.py``'s.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from pipebubble.analysis.labels import label_spans
 from pipebubble.errors import StageSpecError
-from pipebubble.options import RANK_ORDERS, StageOptions, check_regex
+from pipebubble.options import RANK_ORDERS, STAGE_BY, StageOptions, check_regex
+from pipebubble.spans import CPU_WORK
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ def assign(
     method = options.stage_by or _default_method(spans)
     if method == "rank" and options.pp_size:
         return _by_pipeline_rank(spans, options.pp_size, options.rank_order, world)
+    if method == "thread":
+        return _by_thread(spans, options.microbatch_regex)
     keys = {
         "rank": ["rank"],
         "process": ["rank", "pid"],
@@ -51,7 +57,7 @@ def assign(
         "stream": ["rank", "pid", "device", "stream"],
     }.get(method)
     if keys is None:
-        raise StageSpecError(f"--stage-by must be one of rank, device, process, stream (not {method!r})")
+        raise StageSpecError(f"--stage-by must be one of {', '.join(STAGE_BY)} (not {method!r})")
     if method in ("device", "stream"):
         return _by_gpu(spans, keys, method)
     return _by_keys(spans, keys, method)
@@ -92,6 +98,69 @@ def _by_gpu(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
     )
     cpu = spans.filter(pl.col("device").is_null()).drop("stage").join(stage_of_thread, on="lane", how="left")
     return StageMap(pl.concat([mapped.spans, cpu.select(mapped.spans.columns)]), mapped.names, method, mapped.order)
+
+
+def _by_thread(spans: pl.DataFrame, microbatch_regex: str | None = None) -> StageMap:
+    """One stage per CPU thread (rank, pid, tid) that runs a stage's work (``_stage_threads``). GPU work goes
+    to the stage of the thread whose runtime call launched it (joined on the correlation id, as
+    ``labels.attribute`` joins it): the converse of ``--stage-by device``, where threads follow their kernels."""
+    launched = _launching_threads(spans)
+    threads = _stage_threads(spans, launched, microbatch_regex)
+    stage_of = threads.select("lane", "stage")
+    on_cpu = pl.col("device").is_null() & pl.col("tid").is_not_null()
+    host = spans.filter(on_cpu).drop("stage").join(stage_of, on="lane", how="left")
+    kernels = launched.join(stage_of, on="lane").select(*_GPU_ID, "stage")
+    gpu = spans.filter(~on_cpu).drop("stage").join(kernels, on=_GPU_ID, how="left", nulls_equal=True)
+    rows = threads.select("rank", "first", "pid", "tid").rows()
+    names = [(f"rank{r}/" if r is not None else "") + f"pid{p}/tid{t}" for r, _, p, t in rows]
+    order = [((r is None, r or 0), first, p or 0, t or 0) for r, first, p, t in rows]
+    return StageMap(pl.concat([host.select(spans.columns), gpu.select(spans.columns)]), names, "thread", order)
+
+
+def _stage_threads(spans: pl.DataFrame, launched: pl.DataFrame, microbatch_regex: str | None) -> pl.DataFrame:
+    """The threads that are stages, numbered: those holding micro-batch labels (or launching labelled kernels)
+    when there are labels, else those that launched GPU work, else (no GPU work) every thread with CPU work.
+    Ordered by rank, then by when the thread's first label (else launch or work) starts, so a pipeline's
+    stage 0, which runs first, comes first whatever the thread ids are."""
+    cpu = spans.filter(pl.col("device").is_null() & pl.col("tid").is_not_null())
+    found, pattern, _ = label_spans(spans, microbatch_regex)
+    if pattern is not None:
+        kernels = found.filter(pl.col("device").is_not_null()).select(*_GPU_ID)
+        marks = pl.concat([
+            found.filter(pl.col("device").is_null()).select("lane", "start"),
+            launched.join(kernels, on=_GPU_ID, nulls_equal=True).select("lane", start="launch_start"),
+        ])
+    elif launched.height:
+        marks = launched.select("lane", start="launch_start")
+    else:
+        marks = cpu.filter(pl.col("kind").is_in(CPU_WORK)).select("lane", "start")
+    return (
+        marks.group_by("lane").agg(first=pl.col("start").min())
+        .join(cpu.group_by("lane").agg(pl.col("rank", "pid", "tid").first()), on="lane")
+        .sort(pl.col("rank").is_null(), "rank", "first", "pid", "tid", nulls_last=True)
+        .with_row_index("stage")
+        .with_columns(pl.col("stage").cast(pl.Int32))
+    )
+
+
+_GPU_ID = ["source", "correlation", "start", "end", "stream"]
+
+
+def _launching_threads(spans: pl.DataFrame) -> pl.DataFrame:
+    """GPU spans (source, correlation, start, end, stream) with the ``lane`` and ``launch_start`` of the
+    runtime call that launched them (same process where the format records it; Nsight's ids are unique per
+    process only)."""
+    calls = spans.filter(pl.col("kind") == "runtime").select(
+        "source", "correlation", lane="lane", launch_pid="pid", launch_start="start"
+    )
+    gpu = spans.filter(pl.col("device").is_not_null() & pl.col("correlation").is_not_null())
+    return (
+        gpu.select(*_GPU_ID, "pid")
+        .join(calls, on=["source", "correlation"])
+        .filter(pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid")))
+        .unique(_GPU_ID, keep="first", maintain_order=True)
+        .select(*_GPU_ID, "lane", "launch_start")
+    )
 
 
 def _by_pipeline_rank(spans: pl.DataFrame, pp: int, order: str, world: int | None) -> StageMap:

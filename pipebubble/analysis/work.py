@@ -1,10 +1,11 @@
 """Each stage's work, labelled: which spans are compute or communication, which micro-batch pass and which
 step each belongs to.
 
-GPU stages: kernels, memcpy and memset are compute; NCCL/RCCL kernels are communication (a SendRecv kernel
-spinning while it waits for its peer is waiting, not working). CPU stages (gloo pipelines): top-level
-operators of the thread that carries the micro-batch labels (else the busiest thread); ``gloo:``/``c10d::``
-ranges are communication.
+GPU stages: kernels, memcpy and memset are compute; NCCL/RCCL, DeepEP and NVSHMEM kernels are communication
+(a SendRecv kernel spinning while it waits for its peer is waiting, not working; DualPipe's ``dispatch``/
+``combine`` parts are the MoE all-to-all). CPU stages (gloo pipelines, one thread per stage): top-level
+operators of the thread that carries the micro-batch labels (else the busiest thread), which may be the
+labels themselves (passes that are operators); ``gloo:``/``c10d::`` ranges are communication.
 """
 
 from __future__ import annotations
@@ -109,28 +110,45 @@ def _inside_other_ranges(work: pl.DataFrame, spans: pl.DataFrame) -> pl.Series:
 
 
 def _steps(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """Step index of every work span, aligned by the schedule: a stage's step k starts where its first pass
-    (forward, lowest micro-batch and chunk) begins for the (k+1)-th time; ranks' ProfilerStep markers
-    disagree in time, so they are not used. Other work takes the step of the nearest pass before it on the
-    same stage (after it, for work before the first pass)."""
-    passes_only = pl.col("phase").is_in(["forward", "backward", "weight"])
-    if work.filter(passes_only).is_empty():
-        return _steps_from_markers(work, spans)
-    ordered = work.sort("stage", "start").with_row_index("row")
-    passes = ordered.filter(passes_only).with_columns(
-        pass_id=pl.struct("phase", "microbatch", "chunk").rle_id().over("stage")
-    )
+    """Step index of every work span, aligned by the schedule: a stage's step k starts where its first pass (forward,
+    lowest micro-batch and chunk) begins for the (k+1)-th time. "Begins" follows forward passes only: a first pass
+    whose parts interleave with a backward one (DualPipe overlaps a forward and a backward chunk part by part) is
+    one pass, not one per part; and where a stage runs one forward pass a step, the ProfilerStep its launches fall
+    in tells the steps apart. Ranks' ProfilerStep markers disagree in time, so they never align steps across stages.
+    Other work takes the step of the nearest pass boundary before it on the same stage (the first step, for work
+    before the first pass)."""
     forward = pl.col("phase") == "forward"
+    if work.filter(pl.col("phase").is_in(["forward", "backward", "weight"])).is_empty():
+        return _steps_from_markers(work, spans).drop("launched", strict=False)
+    ordered = _marker_of(work.sort("stage", "start").with_row_index("row"), spans)
     first = (
         forward
         & (pl.col("microbatch") == pl.col("microbatch").filter(forward).min().over("stage"))
         & pl.col("chunk").eq_missing(pl.col("chunk").filter(forward).min().over("stage"))
     )
+    fwd = ordered.filter(forward).with_columns(
+        pass_id=pl.struct("microbatch", "chunk", "marker").rle_id().over("stage"), first=first
+    )
     new = (pl.col("pass_id") != pl.col("pass_id").shift(1).over("stage")).fill_null(True)
-    passes = passes.with_columns(step=((new & first).cast(pl.Int32).cum_sum().over("stage") - 1).clip(0))
-    ordered = ordered.join(passes.select("row", "step"), on="row", how="left").sort("row")
-    step = pl.col("step").forward_fill().backward_fill().over("stage")
-    return ordered.with_columns(step=step.cast(pl.Int32)).drop("row")
+    starts = fwd.select("row", begins=(new & pl.col("first")).cast(pl.Int32))
+    ordered = ordered.join(starts, on="row", how="left").sort("row")
+    step = (pl.col("begins").fill_null(0).cum_sum().over("stage") - 1).clip(0)
+    return ordered.with_columns(step=step.cast(pl.Int32)).drop("row", "begins", "marker", "launched", strict=False)
+
+
+def _marker_of(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """``marker``: the index of the ProfilerStep of the span's stage that holds its launch (its own start on
+    the CPU); 0 without markers."""
+    marks = (
+        spans.filter((pl.col("kind") == "step") & pl.col("stage").is_not_null())
+        .sort("start")
+        .select("stage", marker_at="start", marker=pl.int_range(pl.len()).over("stage").cast(pl.Int32))
+    )
+    at = pl.coalesce(pl.col("launched"), pl.col("start")) if "launched" in work.columns else pl.col("start")
+    probe = work.with_columns(marker_at=at).sort("marker_at")
+    joined = probe.join_asof(marks.sort("marker_at"), on="marker_at", by="stage", strategy="backward",
+                             check_sortedness=False)
+    return joined.with_columns(pl.col("marker").fill_null(0)).drop("marker_at").sort("row")
 
 
 def _steps_from_markers(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:

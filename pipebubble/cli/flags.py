@@ -32,7 +32,8 @@ Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write here 
 Config = Annotated[Path | None, typer.Option("--config", help="Settings file (default: pipebubble.toml or "
                                              "tool.pipebubble in pyproject.toml, searched upward).")]
 StageByOpt = Annotated[StageBy | None, typer.Option(
-    "--stage-by", help="What a stage is (default: rank for a folder of ranks, device for one file of several GPUs).",
+    "--stage-by", help="What a stage is (default: rank for a folder of ranks, device for one file of several GPUs); "
+    "thread: one stage per CPU thread, its GPU work following the thread that launched it.",
     rich_help_panel=PIPELINE)]
 StageRules = Annotated[list[str] | None, typer.Option(
     "--stage", help="Stage NAME=REGEX over lane ids (repeat, in order).", rich_help_panel=PIPELINE)]
@@ -42,7 +43,8 @@ RankOrder = Annotated[str | None, typer.Option(
     "--rank-order", help="Rank layout for --pp-size: tp-cp-ep-dp-pp (Megatron, the default) or pp-dp-tp.",
     rich_help_panel=PIPELINE)]
 MicrobatchRegex = Annotated[str | None, typer.Option(
-    "--microbatch-regex", help="Regex with named groups phase (F/B/W), mb and optionally chunk, for custom labels.",
+    "--microbatch-regex", help="Regex with named groups phase (F/B/W), mb and optionally chunk, for custom labels: "
+    "ranges, or CPU ops and kernels that are passes themselves (such a span labels what runs inside it).",
     rich_help_panel=PIPELINE)]
 WaitThreshold = Annotated[float | None, typer.Option(
     "--wait-threshold", help="Report idle gaps longer than this fraction of the step (default 0.01).",
