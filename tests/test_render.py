@@ -15,6 +15,9 @@ import pytest
 
 from pipebubble.render import formats, render
 from pipebubble.report import (
+    CollectiveCall,
+    CollectiveRank,
+    Collectives,
     IngestSummary,
     Interference,
     Lane,
@@ -73,9 +76,14 @@ def gpipe_report() -> Report:
                         idle_cost_per_hour=12.5, idle_cost_per_step=0.0001,
                         effective_price_per_useful_gpu_hour=5.25,
                         recommendations=[Recommendation("m=16", "1f1b", 16, 1, 40 * MS, 0.158, 1.42),
+                                         Recommendation("current: gpipe, m=4 → bubble 42.9 %", "gpipe", 4, 1,
+                                                        20 * MS, 0.4286, 1.18),
                                          Recommendation("interleave v=2", "interleaved_1f1b", 4, 2, 22 * MS, 0.27,
                                                         1.1, "needs twice the model chunks")],
-                        notes=["micro-batches from PP: labels"])
+                        notes=["micro-batches from PP: labels"],
+                        evidence=["micro-batch labels (torch_pipelining)", "send/recv between ranks"],
+                        throughput_bound_with_comm=40.0, replayed_step_ns=20 * MS,
+                        replay_error=(20 * MS - (end - start)) / (end - start))
     lanes = [_lane(f"rank{r}/gpu0", "gpu", 12 * MS, end - start, r) for r in range(4)]
     return Report(_ingest(), lanes, stages, pipeline, waits, None, segs)
 
@@ -106,7 +114,35 @@ def lanes_report() -> Report:
     return Report(_ingest(1), lanes)
 
 
-REPORTS = {"gpipe": gpipe_report, "serving": serving_report, "lanes_only": lanes_report}
+NOT_A_PIPELINE = ("not a pipeline: 8 ranks with no micro-batch labels, no send/recv between ranks and no pipeline"
+                  " process group (use --pp-size or --stage-by to analyse one)")
+STRAGGLER = "rank 7 arrived last at 5 of 8 collectives; others waited 31.2 ms for it"
+
+
+def collectives_report(ranks: int = 8) -> Report:
+    """A data-parallel job that is not a pipeline: rank 7 arrives last at most all-reduces and the others spin
+    in their collective kernels waiting for it (stage None: the waits say their rank and lane)."""
+    lane = "rank{}/gpu0".format
+    per_rank = [CollectiveRank(r, 8, 0 if r == 7 else (4 + r % 3) * MS, int(31.2 * MS) if r == 7 else
+                               (MS // 2 if r == 3 else 0), 5 if r == 7 else (1 if r == 3 else 0), lane(r))
+                for r in range(ranks)]
+    worst = [CollectiveCall("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 3,
+                            T0 + 40 * MS, int(9.5 * MS), 7, int(52.1 * MS), ranks),
+             CollectiveCall("ncclDevKernel_AllGather_RING_LL(...)", 0, T0 + 2 * MS, int(2.25 * MS), 3, 9 * MS, ranks)]
+    collectives = Collectives(8, per_rank, worst, straggler=7, waited_ns=sum(r.wait_ns for r in per_rank),
+                              matched_by="end", unmatched=1)
+    waits = [Wait(None, T0 + 40 * MS, int(9.5 * MS), "collective", "aten::mm", "ncclDevKernel_AllReduce", step=None,
+                  lane=lane(0), rank=0, waited_for=7),
+             Wait(None, T0 + 2 * MS, int(2.25 * MS), "collective", None, "ncclDevKernel_AllGather", lane=lane(5),
+                  rank=5, waited_for=3),
+             Wait(None, T0 + 60 * MS, MS, "host", "aten::add", None, lane=lane(2), rank=2)]
+    lanes = [_lane(lane(r), "gpu", 70 * MS, 100 * MS, r) for r in range(ranks)]
+    return Report(_ingest(ranks), lanes, [], None, waits, collectives=collectives,
+                  notes=[NOT_A_PIPELINE, STRAGGLER])
+
+
+REPORTS = {"gpipe": gpipe_report, "serving": serving_report, "lanes_only": lanes_report,
+           "collectives": collectives_report}
 FORMATS = {"text": "txt", "markdown": "md", "html": "html", "json": "json"}
 
 

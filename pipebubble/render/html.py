@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from html import escape
 
-from pipebubble.render import sections, timeline
+from pipebubble.render import collectives, sections, timeline
 from pipebubble.render.sections import Table
 from pipebubble.report import Report, Segment, Wait
 
 COLOURS = {"forward": "#4caf50", "backward": "#2196f3", "weight": "#9575cd", "prefill": "#ff9800",
            "decode": "#26c6da", "mixed": "#e040fb", "comm": "#cddc39", "other": "#9e9e9e"}
 WAIT_COLOURS = {"fill": "#ef9a9a", "drain": "#ef9a9a", "upstream": "#e57373", "downstream": "#e57373",
-                "comm": "#ffb74d", "host": "#a1887f", "sync": "#90a4ae", "unknown": "#bdbdbd"}
+                "comm": "#ffb74d", "collective": "#f06292", "host": "#a1887f", "sync": "#90a4ae", "unknown": "#bdbdbd"}
 SVG_WIDTH, LABEL_PX, ROW_PX, BAR_PX, WAIT_PX = 1200, 130, 30, 20, 5
 CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}
@@ -47,7 +47,8 @@ def _segment(seg: Segment, origin: int) -> tuple[str, str]:
 
 
 def _wait(w: Wait, origin: int) -> str:
-    return (f"wait {sections.ms(w.dur_ns)} ms at {sections.ms(w.start_ns - origin)} ms: {w.cause}"
+    waited_for = f", waited for rank {w.waited_for}" if w.waited_for is not None else ""
+    return (f"wait {sections.ms(w.dur_ns)} ms at {sections.ms(w.start_ns - origin)} ms: {w.cause}{waited_for}"
             f" (before: {w.before or '-'}, after: {w.after or '-'})")
 
 
@@ -115,13 +116,27 @@ def interference(report: Report) -> list[str]:
     return ["<h2>Serving: prefill / decode interference</h2>", _facts(sections.interference_facts(report))]
 
 
+def collective_facts(report: Report) -> list[str]:
+    """The collectives' facts under their heading (their tables are sections of their own)."""
+    if report.collectives is None:
+        return []
+    return ["<h2>Collectives</h2>", _facts(collectives.facts(report))]
+
+
+def legend_line(report: Report) -> list[str]:
+    line = sections.legend(report)
+    return [f'<p class="note">{escape(line)}</p>'] if line else []
+
+
 def render(report: Report, *, step: int | None = None, window: tuple[int, int] | None = None,
            lanes: bool = False) -> str:
     """The page, its sections in ``sections.SECTIONS`` order."""
-    drawn = {"facts": lambda: [_facts(sections.ingest_lines(report) + sections.header(report))],
+    facts = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report)
+    drawn = {"facts": lambda: [_facts(facts)],
              "timeline": lambda: ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
              if report.timeline else [],
-             "interference": lambda: interference(report)}
+             "collectives": lambda: collective_facts(report), "interference": lambda: interference(report),
+             "legend": lambda: legend_line(report)}
     body = ["<h1>pipebubble report</h1>"]
     for kind, section in sections.walk(report, timeline.origin(report)):
         body += [table(section)] if section is not None else drawn[kind]()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipebubble.render import sections, timeline
+from pipebubble.render import collectives, sections, timeline
 from pipebubble.render.sections import Table
 from pipebubble.report import Report
 
@@ -27,8 +27,21 @@ def timeline_block(report: Report, width: int, step: int | None, window: tuple[i
 
 
 def facts(report: Report) -> list[str]:
-    """What was read and the pipeline's header, one list item each."""
-    return [f"- {line}" for line in sections.ingest_lines(report) + sections.header(report)] + [""]
+    """What was read, the job's notes and the pipeline's header, one list item each."""
+    lines = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report)
+    return [f"- {line}" for line in lines] + [""]
+
+
+def collective_facts(report: Report) -> list[str]:
+    """The collectives' facts as a list under their heading (their tables are sections of their own)."""
+    if report.collectives is None:
+        return []
+    return ["### Collectives", "", *(f"- {fact}" for fact in collectives.facts(report)), ""]
+
+
+def legend(report: Report) -> list[str]:
+    line = sections.legend(report)
+    return [line, ""] if line else []
 
 
 def interference(report: Report) -> list[str]:
@@ -44,7 +57,8 @@ def render(report: Report, width: int = 100, *, step: int | None = None, window:
     """The report as one Markdown document, its sections in ``sections.SECTIONS`` order."""
     drawn = {"facts": lambda: facts(report),
              "timeline": lambda: timeline_block(report, width, step, window, lanes) if report.timeline else [],
-             "interference": lambda: interference(report)}
+             "collectives": lambda: collective_facts(report), "interference": lambda: interference(report),
+             "legend": lambda: legend(report)}
     lines = ["## pipebubble report", ""]
     for kind, section in sections.walk(report, timeline.origin(report)):
         lines += table(section) if section is not None else drawn[kind]()

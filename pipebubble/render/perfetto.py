@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipebubble.render.timeline import PHASES
-from pipebubble.report import Report
+from pipebubble.report import Report, Wait
 
 COMPUTE = frozenset(PHASES) - {"comm"}
 SEQUENCE_ID = 1  # one writer: every packet is on the same trusted sequence
@@ -122,13 +122,33 @@ def add_passes(out: ExportTrace, report: Report) -> None:
 
 
 def add_waits(out: ExportTrace, report: Report) -> None:
-    """Every wait (bubble) as a slice named by its cause, on a track per stage."""
+    """Every wait (bubble) as a slice named by its cause, on a track per stage; a collective wait of a job that
+    is not a pipeline goes on the waiting rank's own track, beside its lanes. ``waited_for`` (the rank that
+    arrived last) is in the args."""
     group = out.track(("waits",), "pipebubble: bubbles and waits")
-    for w in sorted(report.waits, key=lambda w: (w.stage, w.start_ns)):
-        track = out.track(("wait", w.stage), f"s{w.stage} waits", group)
+    stacks: dict[tuple, list[list[int]]] = {}  # track key -> per sibling track, the open slices' ends
+    for w in sorted(report.waits, key=_wait_order):
+        key, name, parent = _wait_track(out, w, group)
+        end = w.start_ns + w.dur_ns
+        level = _fit(stacks.setdefault(key, []), w.start_ns, end)  # waits of one rank's lanes may overlap
+        track = out.track((key, level), name + (f" #{level + 1}" if level else ""), parent)
         args = tuple((k, v) for k, v in (("cause", w.cause), ("before", w.before), ("after", w.after),
-                                         ("lane", w.lane), ("step", w.step)) if v is not None)
-        out.slices.append(Slice(track, w.start_ns, w.start_ns + w.dur_ns, f"wait: {w.cause}", args))
+                                         ("lane", w.lane), ("step", w.step), ("rank", w.rank),
+                                         ("waited_for", w.waited_for)) if v is not None)
+        out.slices.append(Slice(track, w.start_ns, end, f"wait: {w.cause}", args))
+
+
+def _wait_order(w: Wait) -> tuple:
+    """By track (stages first, then ranks), then by time, the longer first: the order ``_fit`` needs."""
+    return (w.stage is None, w.stage or 0, w.rank is None, w.rank or 0, w.start_ns, -w.dur_ns)
+
+
+def _wait_track(out: ExportTrace, w: Wait, group: int) -> tuple[tuple, str, int]:
+    """(key, name, parent) of the track a wait goes on: its stage's under the waits group, else its rank's."""
+    if w.stage is not None or w.rank is None:
+        where = f"s{w.stage}" if w.stage is not None else "unplaced"
+        return ("wait", w.stage), f"{where} waits", group
+    return ("rank waits", w.rank), "collective waits", out.track(("rank", w.rank), f"rank {w.rank}")
 
 
 def add_utilization(out: ExportTrace, report: Report) -> None:

@@ -6,65 +6,46 @@ Only formatting happens here: every number is read from the Report as it is.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
-from pipebubble.report import Report, ms4
+from pipebubble.render import collectives
+from pipebubble.render.cells import Table, bar, ms, num, pct, signed_pct  # renderers take Table, ms from here
+from pipebubble.report import Report, Wait, ms4
 
 TOP_WAITS = 10
 
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
-# this order. "facts" (what was read, then the pipeline's header lines), "timeline" and "interference" (the
-# serving facts) are drawn by each renderer in its own way; the rest are tables (see ``table``).
-SECTIONS = ("facts", "timeline", "stages", "waits", "recommendations", "interference", "steps", "episodes",
-            "lanes")
-DRAWN = frozenset({"facts", "timeline", "interference"})
+# this order. "facts" (what was read, the job's notes, then the pipeline's header lines), the facts of
+# "timeline", "collectives" and "interference", and "legend" (what each utilization figure shown means) are
+# drawn by each renderer in its own way; the rest are tables (see ``table``).
+SECTIONS = ("facts", "timeline", "stages", "waits", "recommendations", "collectives", "collective_ranks",
+            "collective_calls", "interference", "steps", "episodes", "lanes", "legend")
+DRAWN = frozenset({"facts", "timeline", "collectives", "interference", "legend"})
 
-
-@dataclass(frozen=True)
-class Table:
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    numeric: frozenset[int] = frozenset()  # right-aligned column indexes
-    notes: tuple[str, ...] = ()  # footnotes, referred to as [1], [2] in the rows
-
-
-def ms(ns: int | float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.2f}"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"  # no space: a line never wraps between number and sign
-
-
-def num(x: Any, digits: int = 2) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
-
-
-def bar(fraction: float, width: int = 10) -> str:
-    full = round(max(0.0, min(fraction, 1.0)) * width)
-    return "█" * full + "░" * (width - full)
+# What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
+LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",
+          "stages": "stage utilization = its compute (comm excluded) / |W|",
+          "lanes": "lane idle = 1 − union of its work / its own first-to-last busy window"}
 
 
 def header(report: Report) -> list[str]:
-    """One line per fact about the pipeline: shape, bubble vs theory, utilization, bounds, cost."""
+    """One line per fact about the pipeline: shape, evidence, bubble vs theory, utilization, bounds, cost."""
     p = report.pipeline
     if p is None:
         return []
     m = "?" if p.microbatches is None else f"{p.microbatches}" + (" (inferred)" if p.microbatches_inferred else "")
     sched = (p.schedule or "unknown schedule") + (f", v={p.chunks} chunks" if p.chunks > 1 else "")
     theory = f" vs {pct(p.theoretical_bubble_fraction)} in theory" if p.theoretical_bubble_fraction is not None else ""
-    lines = [f"pipeline: p={p.stages} stages, m={m} micro-batches, {sched}",
-             f"bubble: {pct(p.bubble_fraction)} measured{theory}" + _excess(p.excess_bubble_fraction,
+    step = f", step {ms(p.step_time_ns)} ms" if p.step_time_ns else ""
+    lines = [f"pipeline: p={p.stages} stages, m={m} micro-batches, {sched}{step}"]
+    lines += ["pipeline evidence: " + "; ".join(p.evidence)] if p.evidence else []  # an item may hold commas
+    efficiency = f"; efficiency {pct(p.pipeline_efficiency)} of theory's" if p.pipeline_efficiency is not None else ""
+    lines += [f"bubble: {pct(p.bubble_fraction)} measured{theory}" + _excess(p.excess_bubble_fraction,
                                                                              p.excess_causes),
-             f"utilization {pct(1 - p.bubble_fraction)}, stage time CV {num(p.stage_time_cv)},"
-             f" imbalance {num(p.imbalance)}, throughput bound {num(p.throughput_bound)} steps/s"
-             + (f", step {ms(p.step_time_ns)} ms" if p.step_time_ns else "")]
-    if p.pipeline_efficiency is not None:
-        lines[-1] += f", efficiency {pct(p.pipeline_efficiency)}"
+              f"utilization {pct(1 - p.bubble_fraction)} (1 − bubble{efficiency}), stage time CV"
+              f" {num(p.stage_time_cv)}, imbalance {num(p.imbalance)}",
+              f"throughput: compute-only bound {num(p.throughput_bound)} steps/s"
+              + (f"; with exposed comm {num(p.throughput_bound_with_comm)} steps/s"
+                 if p.throughput_bound_with_comm else "")]
     if p.idle_gpu_ns_per_step and p.step_time_ns:
         lines.append(f"idle: {ms(p.idle_gpu_ns_per_step)} GPU-ms per step, of {ms(p.stages * p.step_time_ns)} "
                      "GPU-ms billed")
@@ -73,6 +54,18 @@ def header(report: Report) -> list[str]:
                      + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful GPU-hour"
                         if p.effective_price_per_useful_gpu_hour is not None else ""))
     return lines + [f"note: {n}" for n in p.notes]
+
+
+def job_notes(report: Report) -> list[str]:
+    """What the job is (a pipeline or not, and why; one rank of many; a straggler), as the analysis wrote it."""
+    return [f"note: {n}" for n in report.notes]
+
+
+def legend(report: Report) -> str | None:
+    """One line defining each utilization figure the report shows; None when it shows none."""
+    shown = {"pipeline": report.pipeline is not None, "stages": bool(report.stages), "lanes": bool(report.lanes)}
+    parts = [text for key, text in LEGEND.items() if shown[key]]
+    return "legend: " + "; ".join(parts) if parts else None
 
 
 def _excess(excess: float | None, causes: dict[str, float]) -> str:
@@ -87,8 +80,8 @@ def stage_table(report: Report, bar_width: int = 10) -> Table:
     rows = [[_stage_name(st.stage, st.name), ms(st.busy_ns), ms(st.comm_ns), ms(st.fill_ns), ms(st.drain_ns),
              ms(st.steady_idle_ns), f"{pct(st.utilization)} {bar(st.utilization, bar_width)}"]
             for st in report.stages]
-    return Table("Stages (ms over the step window)", ["stage", "busy", "comm", "fill", "drain", "steady idle",
-                                                      "utilization"], rows, frozenset(range(1, 6)))
+    return Table("Stages (ms over the step windows W; utilization = compute / |W|)",
+                 ["stage", "busy", "comm", "fill", "drain", "steady idle", "utilization"], rows, frozenset(range(1, 6)))
 
 
 def _stage_name(stage: int, name: str) -> str:
@@ -98,27 +91,57 @@ def _stage_name(stage: int, name: str) -> str:
 
 
 def wait_table(report: Report, origin_ns: int) -> Table:
-    """The biggest waits (the report lists them biggest first); `at` is ms from the timeline's origin."""
-    rows = [[f"s{w.stage}", ms(w.start_ns - origin_ns), ms(w.dur_ns), w.cause, w.before or "-",
-             w.after or "-"] for w in report.waits[:TOP_WAITS]]
-    title = f"Biggest waits (top {min(TOP_WAITS, len(report.waits))} of {len(report.waits)})"
-    return Table(title, ["where", "at ms", "ms", "cause", "before", "after"], rows, frozenset({1, 2}))
+    """The biggest waits (the report lists them biggest first); `at` is ms from the timeline's origin. A
+    "waited for" column names the last rank to arrive when some wait shown spun in a collective."""
+    shown = report.waits[:TOP_WAITS]
+    blame = any(w.waited_for is not None for w in shown)
+    rows = [[_where(w), ms(w.start_ns - origin_ns), ms(w.dur_ns), w.cause, w.before or "-", w.after or "-",
+             *([_rank(w.waited_for)] if blame else [])] for w in shown]
+    title = f"Biggest waits (top {len(shown)} of {len(report.waits)})"
+    return Table(title, ["where", "at ms", "ms", "cause", "before", "after", *(["waited for"] if blame else [])],
+                 rows, frozenset({1, 2}))
+
+
+def _where(w: Wait) -> str:
+    """The stage (``s2``); in a job that is not a pipeline, the rank, else the lane."""
+    if w.stage is not None:
+        return f"s{w.stage}"
+    return _rank(w.rank) if w.rank is not None else w.lane or "-"
+
+
+def _rank(rank: int | None) -> str:
+    return "-" if rank is None else f"rank {rank}"
 
 
 def recommendation_table(report: Report) -> Table:
     """Notes are long and repeat across rows, so each distinct note is a footnote the rows point to."""
     recs = report.pipeline.recommendations if report.pipeline else []
-    notes = tuple(dict.fromkeys(r.note for r in recs if r.note))
+    replay = _replay(report)  # a footnote on the current setup's row
+    notes = tuple(dict.fromkeys([*(r.note for r in recs if r.note), *([replay] if replay else [])]))
     # a label may end in "→ bubble 12 %"; the bubble column says that already
     rows = [[r.label.split(" → ")[0], r.schedule, str(r.microbatches), str(r.chunks), ms(r.step_time_ns),
-             pct(r.bubble_fraction), f"{r.speedup:.2f}x", _note_ref(notes, r.note)] for r in recs]
+             pct(r.bubble_fraction), f"{r.speedup:.2f}x", _refs(notes, r.note, replay if _current(r.label) else "")]
+            for r in recs]
     return Table("What if (simulated from the measured stage times)",
                  ["change", "schedule", "m", "v", "step ms", "bubble", "speedup", "note"], rows,
                  frozenset({2, 3, 4, 5, 6}), notes)
 
 
-def _note_ref(notes: tuple[str, ...], note: str) -> str:
-    return f"[{notes.index(note) + 1}]" if note else ""
+def _replay(report: Report) -> str:
+    """The what-if replay of the current schedule against the measured step, when the analysis compared them."""
+    p = report.pipeline
+    if p is None or p.replay_error is None or p.replayed_step_ns is None:
+        return ""
+    return (f"current: replay {ms(p.replayed_step_ns)} ms vs measured {ms(p.step_time_ns)} ms"
+            f" ({signed_pct(p.replay_error)}); speedups are against the measured step")
+
+
+def _current(label: str) -> bool:
+    return label.startswith("current")
+
+
+def _refs(notes: tuple[str, ...], *texts: str) -> str:
+    return " ".join(f"[{notes.index(text) + 1}]" for text in texts if text)
 
 
 def footnotes(section: Table) -> list[str]:
@@ -177,7 +200,7 @@ def lane_table(report: Report, limit: int | None = None) -> Table:
             for ln in shown]
     hidden = len(report.lanes) - len(shown)
     notes = (f"{hidden:,} more lanes not shown: --format json, markdown or html lists every lane",) if hidden else ()
-    return Table("Lanes (busy = union of work; window = first to last busy instant)",
+    return Table("Lanes (busy = union of work; window = first to last busy instant; idle = 1 − busy / window)",
                  ["lane", "kind", "busy ms", "idle ms", "window ms", "idle"], rows, frozenset({2, 3, 4, 5}), notes)
 
 
@@ -191,23 +214,27 @@ def ingest_lines(report: Report, warnings: bool = True) -> list[str]:
     return [line] + ([f"warning: {w}" for w in ing.warnings] if warnings else [])
 
 
-def table(report: Report, kind: str, origin_ns: int, *, bar_width: int = 10, lane_limit: int | None = None) -> Table:
+def table(report: Report, kind: str, origin_ns: int, *, bar_width: int = 10, lane_limit: int | None = None,
+          rank_limit: int | None = None) -> Table:
     """The table of section ``kind`` (any of SECTIONS but DRAWN); ``origin_ns``: where `at ms` counts from."""
     builders = {"stages": lambda: stage_table(report, bar_width), "waits": lambda: wait_table(report, origin_ns),
-                "recommendations": lambda: recommendation_table(report), "steps": lambda: step_table(report),
-                "episodes": lambda: episode_table(report, origin_ns),
+                "recommendations": lambda: recommendation_table(report),
+                "collective_ranks": lambda: collectives.rank_table(report, rank_limit),
+                "collective_calls": lambda: collectives.call_table(report, origin_ns),
+                "steps": lambda: step_table(report), "episodes": lambda: episode_table(report, origin_ns),
                 "lanes": lambda: lane_table(report, lane_limit)}
     return builders[kind]()
 
 
-def walk(report: Report, origin_ns: int, *, bar_width: int = 10,
-         lane_limit: int | None = None) -> Iterator[tuple[str, Table | None]]:
+def walk(report: Report, origin_ns: int, *, bar_width: int = 10, lane_limit: int | None = None,
+         rank_limit: int | None = None) -> Iterator[tuple[str, Table | None]]:
     """Each section in SECTIONS order as (kind, table): table is None for a drawn section (the renderer decides
-    whether it has anything to show); a table without rows is left out."""
+    whether it has anything to show); a table without rows is left out. ``lane_limit`` / ``rank_limit``: at
+    most that many lane / rank rows (the terminal's), each table saying how many more."""
     for kind in SECTIONS:
         if kind in DRAWN:
             yield kind, None
             continue
-        section = table(report, kind, origin_ns, bar_width=bar_width, lane_limit=lane_limit)
+        section = table(report, kind, origin_ns, bar_width=bar_width, lane_limit=lane_limit, rank_limit=rank_limit)
         if section.rows:
             yield kind, section

@@ -53,10 +53,12 @@ class Grid:
 
 
 def origin(report: Report) -> int:
-    """Time zero of the axis: the start of the pipeline window, else of the first segment."""
+    """Time zero of the axis: the start of the pipeline window, else of the first segment, else (a job with no
+    timeline, e.g. ranks matched only at their collectives) the first busy instant of any lane."""
     if report.pipeline is not None and report.pipeline.window_start_ns:
         return report.pipeline.window_start_ns
-    return min((s.start_ns for s in report.timeline), default=0)
+    starts = [s.start_ns for s in report.timeline] or [ln.window_start_ns for ln in report.lanes]
+    return min(starts, default=0)
 
 
 def select_window(report: Report, step: int | None, window: tuple[int, int] | None) -> tuple[int, int]:
