@@ -124,6 +124,7 @@ def test_shared_recsys_ranks_are_not_a_pipeline():
     report = analyse(shared("kineto", "recsys_128rank_sampled_rank-0.json.gz"),
                      shared("kineto", "recsys_128rank_sampled_rank-1.json.gz"))
     assert report.pipeline is None and report.notes[0].startswith("not a pipeline: 2 ranks")
+    assert report.notes[1].startswith("2 of a 128-rank job's ranks: collectives are matched among these ranks only")
     c = report.collectives
     assert (c.calls, c.unmatched) == (5, 10)
     assert sorted(w.name for w in c.worst) == ["all_gather", "all_gather", "all_reduce", "all_reduce", "all_to_all"]

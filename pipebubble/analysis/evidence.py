@@ -56,3 +56,16 @@ def one_rank(meta: dict, stage: str | None) -> str | None:
         f"one rank ({who}, stage {stage}) of a {world:,}-rank job: its own passes and waits are analysed; "
         "the pipeline's bubble needs every stage's trace"
     )
+
+
+def some_ranks(metas: list[dict]) -> str | None:
+    """The note for several files that are only some of a bigger job's ranks, or None."""
+    ranks = {m.get("rank") for m in metas if isinstance(m.get("rank"), int)}
+    worlds = [m.get("world_size") for m in metas if isinstance(m.get("world_size"), int)]
+    world = max(worlds, default=0)
+    if len(metas) < 2 or not ranks or world <= len(ranks):
+        return None
+    return (
+        f"{len(ranks):,} of a {world:,}-rank job's ranks: collectives are matched among these ranks only "
+        "(the others' arrivals are not in these traces)"
+    )

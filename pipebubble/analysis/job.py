@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from pipebubble.analysis import collectives as coll
-from pipebubble.analysis.evidence import one_rank
+from pipebubble.analysis.evidence import one_rank, some_ranks
 from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.options import PipelineOptions
@@ -56,6 +56,8 @@ def reduce_job(
         note = one_rank(metas[0], stage)
         if note and section.pipeline is None:
             notes.append(note)
+    elif collectives is not None and (note := some_ranks(metas)):
+        notes.append(note)
     if collectives is not None:
         note = coll.straggler_note(collectives)
         if note:
