@@ -145,3 +145,38 @@ def test_stage_order_comes_from_the_labels_stage_ids_not_rank_numbers(tmp_path):
     assert report.pipeline.bubble_fraction == pytest.approx(sim.bubble_fraction)
     assert [s.busy_ns for s in report.stages] == [8 * 3 * MS, 8 * 6 * MS, 8 * 3 * MS, 8 * 3 * MS]
     assert any(w.cause == "upstream" for w in report.waits)
+
+
+def test_one_rank_of_an_expert_parallel_job_with_dualpipe_labels_gets_its_passes_and_says_why(tmp_path):
+    """A single rank of a 64-rank job, DeepSeek/DualPipe labels (``attn(F)`` ... ``attn(B)``): its own stage
+    row (one forward and one backward pass), no pipeline summary, and a note saying what the file is."""
+    report = analyse(one_rank(tmp_path, rank=5, world=64, labels="attn({phase})"))
+    assert report.pipeline is None and [s.name for s in report.stages] == ["rank5"]
+    assert report.stages[0].microbatches == 1
+    assert report.stages[0].busy_ns == 4 * MS + 8 * MS
+    assert report.notes == [
+        "one rank (rank 5, stage rank5) of a 64-rank job: its own passes and waits are analysed; "
+        "the pipeline's bubble needs every stage's trace"]
+
+
+def test_deepep_dispatch_and_combine_kernels_are_matched_collectives(tmp_path):
+    """Expert parallel over DeepEP: dispatch and combine kernels are communication, matched across the
+    ranks like any collective (rank 1 computes 2 ms longer, so rank 0 spins 2 ms in every dispatch)."""
+    from shapes import Rank
+
+    for r in range(2):
+        rank = Rank(r, 2)
+        for k in range(2):
+            base = MS + 10 * MS * k
+            rank.step(k, base - 50_000, 9 * MS)
+            c = 1 + 2 * r
+            rank.kernel("moe_expert_gemm", base, c * MS)
+            rank.kernel("void deep_ep::intranode::dispatch<8, 768, 8192>(void*)", base + c * MS,
+                        (3 - c) * MS + MS // 2, 20)
+            rank.kernel("void deep_ep::intranode::combine<8, 768, 4096>(void*)", base + 4 * MS, MS, 20)
+        rank.write(tmp_path)
+    report = analyse(tmp_path)
+    assert report.pipeline is None
+    c = report.collectives
+    assert sorted({w.name for w in c.worst}) == ["combine", "dispatch"] and c.calls == 4
+    assert [(r.rank, r.wait_ns, r.late_ns) for r in c.ranks] == [(0, 4 * MS, 0), (1, 0, 4 * MS)]
