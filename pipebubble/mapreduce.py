@@ -18,13 +18,16 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from pipebubble.analysis import breakdown as bd
+from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
-from pipebubble.analysis.registry import comm_part, lanes_part, serving_part, stages_part
+from pipebubble.analysis.registry import breakdown_part, comm_part, lanes_part, serving_part, stages_part
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
-from pipebubble.report import IngestSummary, Interference, Lane, Report, Segment
+from pipebubble.report import Breakdown, IngestSummary, Interference, Lane, Report, Segment
+from pipebubble.spans import is_comm
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class FilePart:
     serving: Interference | None
     segments: list[Segment]
     comm: CommPart | None = None
+    gpu: GpuPart | None = None
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -55,7 +59,10 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(account, lanes_part(spans, options), part, serving, segments, comm_part(spans, options))
+    return FilePart(
+        account, lanes_part(spans, options), part, serving, segments, comm_part(spans, options),
+        breakdown_part(spans, options),
+    )
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
@@ -71,9 +78,17 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     steps, _ = serving_part(labels, options)
     lone = options.files == 1 and one_stage(scan)
     if lone and steps is None:
-        return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [])
+        gpu = breakdown_part(scan.filter(_BREAKDOWN_SPANS).collect(), options)
+        return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
     whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
     return replace(whole, lanes=lanes, file=replace(whole.file, meta=result.meta))
+
+
+#: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps): a spilled trace's operators,
+#: most of its rows, stay on disk.
+_BREAKDOWN_SPANS = (
+    pl.col("device").is_not_null() | pl.col("kind").is_in(["runtime", "sync", "annotation", "step"]) | is_comm()
+)
 
 
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:
@@ -114,6 +129,9 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         timeline=section.timeline + serving.segments,
         collectives=job.collectives,
         notes=job.notes,
+        breakdown=[row for p in parts if p.gpu is not None for row in p.gpu.rows],
+        kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
+        host=bd.host([p.gpu for p in parts if p.gpu is not None]),
     )
 
 
@@ -186,6 +204,10 @@ def encode(part: FilePart) -> bytes:
         "serving": None if part.serving is None else part.serving.to_dict(),
         "segments": [asdict(s) for s in part.segments],
         "comm": None if part.comm is None else {"calls": _ipc(part.comm.calls), "facts": part.comm.facts},
+        "gpu": None if part.gpu is None else {
+            "rows": [asdict(r) for r in part.gpu.rows],
+            **{k: _ipc(getattr(part.gpu, k)) for k in ("ops", "api", "ranges", "delays")},
+        },
     }
     return msgspec.msgpack.encode(envelope, enc_hook=str)
 
@@ -213,7 +235,11 @@ def decode(blob: bytes) -> FilePart:
     serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
     c = env.get("comm")
     comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"])
-    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm)
+    g = env.get("gpu")
+    gpu = None if g is None else GpuPart(
+        [Breakdown(**r) for r in g["rows"]], *(_frame(g[k]) for k in ("ops", "api", "ranges", "delays"))
+    )
+    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu)
 
 
 def _tuple(value):

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from pipebubble import spans
+from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.collectives import CALL_COLUMNS
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import LANE_COLUMNS
@@ -45,6 +46,14 @@ def check(name: str, part, table: str, options: Options) -> None:
         assert isinstance(part, CommPart) and part.calls.columns == CALL_COLUMNS
         assert part.calls["kind"].null_count() == part.calls.height <= 1
         assert (part.facts["p2p_send"], part.facts["p2p_recv"]) == (0, 0)
+    elif name == "breakdown":  # a kernel: its one GPU's whole window, all compute; else no rows
+        assert isinstance(part, GpuPart)
+        if table == "one-kernel":
+            (row,) = part.rows
+            assert (row.window_ns, row.compute_ns, row.idle_ns, row.step) == (150, 150, 0, None)
+            assert part.ops.rows() == [("compute", "x", 150, 1)]
+        else:
+            assert part.rows == [] and part.ops.is_empty()
     else:
         pytest.fail(f"no expectation written for the registered analysis {name!r}")
 

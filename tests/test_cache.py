@@ -421,3 +421,16 @@ def test_cli_with_a_cache_path_that_is_a_file(tmp_path, spill):
         report = json.loads(proc.stdout)
         assert report["ingest"]["spans"] == expected["ingest"]["spans"] and report["lanes"] == expected["lanes"]
     assert blocker.read_text() == "not a folder"
+
+
+def test_a_changed_build_never_reads_an_older_builds_entries(tmp_path, monkeypatch):
+    """The keys hold the package's own files' identity: a build whose reader or analysis changed, under the
+    same version number, reads the trace afresh rather than serving what the older build cached."""
+    from pipebubble.ingest.cache import entries
+
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    before = entries.key(trace), entries.report_key([trace], {})
+    monkeypatch.setattr(entries, "code_identity", lambda: "another build")
+    after = entries.key(trace), entries.report_key([trace], {})
+    assert before[0] != after[0] and before[1] != after[1]

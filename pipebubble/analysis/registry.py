@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from pipebubble.analysis.breakdown import GpuPart, gpu_part
 from pipebubble.analysis.collectives import collective_part
 from pipebubble.analysis.interference import interference
 from pipebubble.analysis.job import CommPart
@@ -54,10 +55,17 @@ def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommP
     return CommPart(calls, facts)
 
 
+def breakdown_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> GpuPart:
+    """Every GPU's time breakdown (whole window and per step) and the kernel and host summaries' partial
+    sums (``breakdown``); no rows without GPU work."""
+    return gpu_part(spans, options.serving.step_regex)
+
+
 #: name -> analysis, in the order ``mapreduce.map_spans`` runs them.
 ANALYSES: dict[str, Callable[..., Any]] = {
     "lanes": lanes_part,
     "stages": stages_part,
     "serving": serving_part,
     "comm": comm_part,
+    "breakdown": breakdown_part,
 }

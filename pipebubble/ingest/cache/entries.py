@@ -8,6 +8,7 @@ means "read the trace again", never a crash or a stale answer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -35,8 +36,23 @@ def key(path: Path) -> str | None:
         ident = _identity(path)
     except OSError:
         return None
-    text = json.dumps([str(path.resolve()), ident, __version__, _FORMAT])
+    text = json.dumps([str(path.resolve()), ident, __version__, _FORMAT, code_identity()])
     return hashlib.sha1(text.encode()).hexdigest()
+
+
+@functools.cache
+def code_identity() -> str:
+    """The installed package's own files (name, size, mtime), so a build that changes the reader or an
+    analysis never serves what an older one cached under the same version number."""
+    root = Path(__file__).resolve().parents[2]
+    parts = []
+    for file in sorted(root.rglob("*.py")):
+        try:
+            st = file.stat()
+        except OSError:
+            continue
+        parts.append(f"{file.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()
 
 
 def _identity(path: Path) -> list:
