@@ -27,7 +27,6 @@ from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
 from pipebubble.report import Breakdown, IngestSummary, Interference, Lane, Report, Segment
-from pipebubble.spans import is_comm
 
 
 @dataclass(frozen=True)
@@ -78,17 +77,29 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     steps, _ = serving_part(labels, options)
     lone = options.files == 1 and one_stage(scan)
     if lone and steps is None:
-        gpu = breakdown_part(scan.filter(_BREAKDOWN_SPANS).collect(), options)
+        needed = scan.filter(_BREAKDOWN_SPANS).with_columns(
+            pl.lit(None).cast(t).alias(c) for c, t in _UNUSED.items()
+        )
+        gpu = breakdown_part(needed.collect(), options)
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
     whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
     return replace(whole, lanes=lanes, file=replace(whole.file, meta=result.meta))
 
 
-#: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps): a spilled trace's operators,
-#: most of its rows, stay on disk.
+#: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps, and the communication operators
+#: a launching thread may wait in): a spilled trace's other operators, most of its rows, stay on disk.
 _BREAKDOWN_SPANS = (
-    pl.col("device").is_not_null() | pl.col("kind").is_in(["runtime", "sync", "annotation", "step"]) | is_comm()
+    pl.col("device").is_not_null()
+    | pl.col("kind").is_in(["runtime", "sync", "annotation", "step", "comm"])
+    | ((pl.col("kind") == "cpu_op") & pl.col("name").str.starts_with("c10d::"))
+    | (pl.col("name") == "record_param_comms")
 )
+
+
+#: Columns the breakdown never reads: left null when a spilled table is read back for it.
+_UNUSED = {"source": pl.String, "tid": pl.Int64, "stream": pl.Int64, "external_id": pl.Int64, "stage": pl.Int32,
+           "microbatch": pl.Int32,
+           "phase": pl.String}
 
 
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:
@@ -206,10 +217,15 @@ def encode(part: FilePart) -> bytes:
         "comm": None if part.comm is None else {"calls": _ipc(part.comm.calls), "facts": part.comm.facts},
         "gpu": None if part.gpu is None else {
             "rows": [asdict(r) for r in part.gpu.rows],
-            **{k: _ipc(getattr(part.gpu, k)) for k in ("ops", "api", "ranges", "delays")},
+            "delay": part.gpu.delay,
+            "short": part.gpu.short,
+            **{k: _ipc(getattr(part.gpu, k)) for k in _GPU_FRAMES},
         },
     }
     return msgspec.msgpack.encode(envelope, enc_hook=str)
+
+
+_GPU_FRAMES = ("stats", "api", "ranges", "ops", "delays")
 
 
 def decode(blob: bytes) -> FilePart:
@@ -237,7 +253,8 @@ def decode(blob: bytes) -> FilePart:
     comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"])
     g = env.get("gpu")
     gpu = None if g is None else GpuPart(
-        [Breakdown(**r) for r in g["rows"]], *(_frame(g[k]) for k in ("ops", "api", "ranges", "delays"))
+        [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],
+        **{k: _frame(g[k]) for k in _GPU_FRAMES},
     )
     return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu)
 

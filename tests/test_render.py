@@ -15,11 +15,15 @@ import pytest
 
 from pipebubble.render import formats, render
 from pipebubble.report import (
+    Breakdown,
+    CallStat,
     CollectiveCall,
     CollectiveRank,
     Collectives,
+    Host,
     IngestSummary,
     Interference,
+    KernelStat,
     Lane,
     Pipeline,
     Recommendation,
@@ -141,8 +145,54 @@ def collectives_report(ranks: int = 8) -> Report:
                   notes=[NOT_A_PIPELINE, STRAGGLER])
 
 
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>,"
+       " at::detail::Array<char*, 3> >")
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _gpu(lane: str, rank: int, step: int | None, window: int, compute: int, comm: tuple[int, int],
+         memory: tuple[int, int], causes: dict[str, int]) -> Breakdown:
+    """One breakdown row; its idle is what the parts leave of the window, as the analysis defines it."""
+    idle = window - compute - comm[1] - memory[1]
+    assert sum(causes.values()) == idle
+    overlap = (comm[0] - comm[1]) / comm[0] if comm[0] else None
+    return Breakdown(lane, rank, 100 + rank, 0, step, T0 + (0 if step is None else (step - 1) * 50 * MS), window,
+                     compute, comm[0], comm[1], memory[0], memory[1], idle, causes, overlap)
+
+
+def gpu_time_report(gpus: int = 2) -> Report:
+    """Two data-parallel GPUs over two profiler steps: their time breakdowns (whole window and per step), the
+    kernels by total, and the host's runtime calls, launch delay and ranges (rank 1 waits on its peer more)."""
+    rows = []
+    for r in range(gpus):
+        lane, slow = f"rank{r}/gpu0", r % 2
+        rows += [_gpu(lane, r, None, 100 * MS + 123, 60 * MS - slow * 10 * MS, (20 * MS, 8 * MS + slow * 7 * MS),
+                      (5 * MS, 2 * MS), {"host_launch": 12 * MS + 123 - slow * 7 * MS, "sync": 8 * MS - slow * 8 * MS,
+                                         "peer": 6 * MS + slow * 14 * MS, "other": 4 * MS + slow * 4 * MS}),
+                 *(_gpu(lane, r, step, 50 * MS - step * MS, 30 * MS - slow * 5 * MS, (10 * MS, 4 * MS), (2 * MS, MS),
+                        {"host_launch": 8 * MS - step * MS, "sync": 2 * MS, "peer": 5 * MS * slow, "other": 5 * MS})
+                   for step in (1, 2))]
+    kernels = [KernelStat(ADD, "compute", 1200, 45 * MS, 37_500.0, 36_000.0, 20_000, 90_000, 5_123.4567, 0.45),
+               KernelStat(ALLREDUCE, "comm", 40, 30 * MS, 750_000.0, 700_000.0, 500_000, 2 * MS, 120_000.0, 0.3),
+               KernelStat("ampere_sgemm_128x64_tn", "compute", 400, 20 * MS, 50_000.0, 50_000.0, 49_000, 51_000,
+                          400.0, 0.2),
+               KernelStat("Memcpy HtoD (Pageable -> Device)", "memcpy", 10, 4 * MS, 400_000.0, 400_000.0, 300_000,
+                          500_000, 50_000.0, 0.04),
+               KernelStat("Memset (Device)", "memset", 5, MS, 200_000.0, 200_000.0, 200_000, 200_000, 0.0, 0.01)]
+    host = Host(api=[CallStat("cudaStreamSynchronize", 10, 12 * MS, 1_200_000.0, 5 * MS),
+                     CallStat("cudaLaunchKernel", 1650, 8_250_000, 5_000.0, 120_000),
+                     CallStat("cudaMemcpyAsync", 10, 2 * MS, 200_000.0, 400_000)],
+                ranges=[CallStat("ProfilerStep#1", 2, 98 * MS, 49 * MS, 49 * MS),
+                        CallStat("ProfilerStep#2", 2, 96 * MS, 48 * MS, 48 * MS),
+                        CallStat("forward", 4, 60 * MS, 15 * MS, 16 * MS)],
+                launches=1650, launch_delay_mean_ns=45_000.5, launch_delay_median_ns=30_000.0,
+                launch_delay_max_ns=2 * MS, short_kernels=800, short_kernel_ns=10_000)
+    lanes = [_lane(f"rank{r}/gpu0", "gpu", 70 * MS, 100 * MS + 123, r) for r in range(gpus)]
+    return Report(_ingest(gpus), lanes, breakdown=rows, kernels=kernels, host=host)
+
+
 REPORTS = {"gpipe": gpipe_report, "serving": serving_report, "lanes_only": lanes_report,
-           "collectives": collectives_report}
+           "collectives": collectives_report, "gpu_time": gpu_time_report}
 FORMATS = {"text": "txt", "markdown": "md", "html": "html", "json": "json"}
 
 

@@ -10,7 +10,17 @@ from dataclasses import replace
 
 import pytest
 from test_cli_analyze import run_cli
-from test_render import MS, NOT_A_PIPELINE, REPORTS, STRAGGLER, T0, collectives_report, gpipe_report, lanes_report
+from test_render import (
+    MS,
+    NOT_A_PIPELINE,
+    REPORTS,
+    STRAGGLER,
+    T0,
+    collectives_report,
+    gpipe_report,
+    gpu_time_report,
+    lanes_report,
+)
 
 from pipebubble import spans as span_schema
 from pipebubble.render import collectives, perfetto, render, sections, terminal
@@ -112,7 +122,7 @@ def test_current_row_of_the_what_if_shows_the_replay_against_the_measured_step()
 
 @pytest.mark.parametrize("fmt", DOCUMENTS)
 def test_legend_defines_each_utilization_figure_shown(fmt):
-    full = render(gpipe_report(), fmt, width=400)
+    full = render(replace(gpipe_report(), breakdown=gpu_time_report().breakdown), fmt, width=400)
     for part in sections.LEGEND.values():
         assert part in full, part
     lanes = render(lanes_report(), fmt, width=400)

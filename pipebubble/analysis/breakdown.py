@@ -20,7 +20,7 @@ summaries (duration value counts, so medians stay exact across files); reduce: t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -38,10 +38,14 @@ class GpuPart:
     """One file's breakdown rows and its summaries' partial sums."""
 
     rows: list[Breakdown]
-    ops: pl.DataFrame  # kind, name, dur, n: GPU operations' duration value counts
+    stats: pl.DataFrame  # kind, name, count, total, min, max, median, sq (Σ dur², exact): GPU operations by name
     api: pl.DataFrame  # name, count, total, max: runtime calls
     ranges: pl.DataFrame  # name, count, total, max: annotation ranges
-    delays: pl.DataFrame  # dur, n: launch delays (launch start to op start)
+    delay: dict  # count, total, max, median: launch delays (launch start to op start)
+    short: int = 0  # kernels shorter than SHORT_KERNEL_NS
+    # Duration value counts, for exact medians over several files (empty for a file that is the whole job):
+    ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, name, dur, n
+    delays: pl.DataFrame = field(default_factory=pl.DataFrame)  # dur, n
 
 
 def owner() -> pl.Expr:
@@ -49,17 +53,37 @@ def owner() -> pl.Expr:
     return pl.coalesce(pl.col("rank").cast(pl.Int64), pl.col("pid"))
 
 
-def gpu_part(spans: pl.DataFrame, step_regex: str | None = None) -> GpuPart:
-    """Map: the breakdown of every GPU lane of ``spans`` (whole window, then each step) and the partial
-    summaries."""
-    gpu = spans.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))
-    gpu = gpu.with_columns(cls=_class(), owner=owner())
-    rows = _rows(gpu, spans, step_regex) if gpu.height else []
-    ops = gpu.group_by("cls", "name", dur=pl.col("end") - pl.col("start")).agg(n=pl.len()).rename({"cls": "kind"})
+def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False) -> GpuPart:
+    """Map: the breakdown of every GPU lane of ``spans`` (whole window, then each step) and the summaries'
+    parts: exact per-name statistics, and (unless the file is ``alone``, the whole job) the duration value
+    counts that keep medians exact when files are combined."""
+    gpu = spans.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)).select(
+        "source", "lane", "rank", "pid", "device", "name", "start", "end", "correlation", cls=_class(), owner=owner()
+    ).with_row_index("row")
     cpu = spans.filter(pl.col("device").is_null())
+    launch = _launched(gpu, cpu)
+    rows = _rows(gpu, cpu, launch, step_regex) if gpu.height else []
+    dur = pl.col("end") - pl.col("start")
+    timed = gpu.select("name", "cls", dur=dur)
+    stats = timed.group_by("name").agg(
+        kind=pl.col("cls").first(),
+        count=pl.len(),
+        total=pl.col("dur").sum(),
+        min=pl.col("dur").min(),
+        max=pl.col("dur").max(),
+        median=pl.col("dur").median(),
+        sq=(pl.col("dur").cast(pl.Int128) * pl.col("dur").cast(pl.Int128)).sum(),
+    ).select("kind", "name", "count", "total", "min", "max", "median", "sq")
     api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"])))
     ranges = _calls(cpu.filter(pl.col("kind") == "annotation"))
-    return GpuPart(rows, ops, api, ranges, _delays(gpu, spans))
+    delay = launch.select(d=(pl.col("start") - pl.col("at")).clip(lower_bound=0))["d"]
+    summary = {"count": delay.len(), "total": int(delay.sum() or 0), "max": delay.max(), "median": delay.median()}
+    short = timed.filter(pl.col("cls").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS)).height
+    if alone:
+        return GpuPart(rows, stats, api, ranges, summary, short)
+    ops = timed.group_by("name", "dur").agg(kind=pl.col("cls").first(), n=pl.len()).select("kind", "name", "dur", "n")
+    delays = delay.value_counts(name="n").rename({"d": "dur"})
+    return GpuPart(rows, stats, api, ranges, summary, short, ops, delays)
 
 
 def _class() -> pl.Expr:
@@ -76,23 +100,22 @@ def _calls(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.group_by("name").agg(count=pl.len(), total=dur.sum(), max=dur.max())
 
 
-def _launches(spans: pl.DataFrame) -> pl.DataFrame:
-    return spans.filter(pl.col("kind") == "runtime").select(
-        "source", "correlation", at_pid="pid", at_lane="lane", at="start"
+def _launched(gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """row (of ``gpu``), at_lane, at, start: the runtime call that launched each GPU op (where one is known)
+    and the op's start.
+    Correlation ids are per file in Kineto (a GPU op has no pid) and per process in Nsight; a table of one
+    file is joined on the id alone."""
+    keys = ["correlation"] if gpu["source"].n_unique() <= 1 else ["source", "correlation"]
+    launches = cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
+        *keys, at_pid="pid", at_lane="lane", at="start"
     )
-
-
-def _launched(ops: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """``ops`` with the lane and start of the runtime call that launched each (null: unknown). Correlation
-    ids are per file in Kineto (a GPU op has no pid) and per process in Nsight."""
-    joined = ops.join(_launches(spans), on=["source", "correlation"], how="left")
-    joined = joined.filter(pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid")))
-    return joined.unique(["lane", "stream", "start", "end", "name", "correlation"], keep="first", maintain_order=True)
-
-
-def _delays(gpu: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    linked = _launched(gpu.filter(pl.col("correlation").is_not_null()), spans).filter(pl.col("at").is_not_null())
-    return linked.group_by(dur=(pl.col("start") - pl.col("at")).clip(lower_bound=0)).agg(n=pl.len())
+    ops = gpu.filter(pl.col("correlation").is_not_null()).select("row", "pid", "start", *keys)
+    joined = ops.join(launches, on=keys).filter(
+        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid"))
+    )
+    if joined.height > ops.height:  # an id launched twice (rare): the first launch
+        joined = joined.unique("row", keep="first", maintain_order=True)
+    return joined.select("row", "at_lane", "at", "start")
 
 
 # --- the breakdown rows ---
@@ -100,19 +123,18 @@ def _delays(gpu: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 KEYS = ["lane", "step"]
 
 
-def _rows(gpu: pl.DataFrame, spans: pl.DataFrame, step_regex: str | None) -> list[Breakdown]:
-    whole = gpu.with_columns(step=pl.lit(None, pl.Int64))
-    windows = whole.group_by("lane", "step").agg(ws=pl.col("start").min(), we=pl.col("end").max())
-    steps = _steps(spans, step_regex)
-    stepped = _by_step(gpu, steps)
-    step_windows = gpu.select("lane", "owner").unique().join(steps, on="owner").select("lane", "step", "ws", "we")
-    work = pl.concat([whole.select(*KEYS, "cls", "start", "end"), stepped.select(*KEYS, "cls", "start", "end")])
+def _rows(gpu: pl.DataFrame, cpu: pl.DataFrame, launch: pl.DataFrame, step_regex: str | None) -> list[Breakdown]:
+    windows = gpu.group_by("lane").agg(ws=pl.col("start").min(), we=pl.col("end").max())
+    windows = windows.with_columns(step=pl.lit(None, pl.Int64)).select("lane", "step", "ws", "we")
+    steps = _steps(cpu, step_regex)
+    owners = gpu.select("lane", "owner").unique()
+    step_windows = owners.join(steps, on="owner").select("lane", "step", "ws", "we")
     wins = pl.concat([windows, step_windows.cast(windows.schema)])  # type: ignore[arg-type]
-    unions = _unions(work)
+    unions, merged = _unions(gpu, owners, steps)
     table = wins.join(unions, on=KEYS, how="left", nulls_equal=True).with_columns(
         pl.col(c).fill_null(0) for c in unions.columns if c not in KEYS
     )
-    causes = _idle_causes(gpu, spans, steps)
+    causes = _idle_causes(gpu, merged, cpu, launch, steps)
     table = table.join(causes, on=KEYS, how="left", nulls_equal=True)
     attrs = gpu.group_by("lane").agg(pl.col("rank", "pid", "device").first())
     table = table.join(attrs, on="lane").sort("lane", pl.col("step").is_not_null(), "step")
@@ -134,36 +156,50 @@ def _row(r: dict) -> Breakdown:
     )
 
 
-def _unions(work: pl.DataFrame) -> pl.DataFrame:
-    """|∪| per (lane, step) of compute, comm, memory, compute ∪ comm (``busy``) and all work (``all``)."""
-    parts = {
-        "compute": pl.col("cls") == "compute",
-        "comm": pl.col("cls") == "comm",
-        "memory": pl.col("cls").is_in(["memcpy", "memset"]),
-        "busy": pl.col("cls").is_in(["compute", "comm"]),
-        "all": pl.lit(True),
+def _unions(gpu: pl.DataFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """|∪| per (lane, step) of compute, comm, memory, compute ∪ comm (``busy``) and all work (``all``), and
+    the merged intervals of all work (lane, owner, start, end). Each class is merged once over the whole
+    window, the wider unions from those (fewer) merged intervals, and each is then cut to the steps: a
+    union inside a step is the whole union's part in it."""
+    cls = pl.col("cls")
+    merged = {
+        "compute": merge(gpu.filter(cls == "compute"), ["lane"]),
+        "comm": merge(gpu.filter(cls == "comm"), ["lane"]),
+        "memory": merge(gpu.filter(cls.is_in(["memcpy", "memset"])), ["lane"]),
     }
+    merged["busy"] = _union_of(merged["compute"], merged["comm"])
+    merged["all"] = _union_of(merged["busy"], merged["memory"])
     out = None
-    for name, keep in parts.items():
-        merged = merge(work.filter(keep), KEYS)
-        length = merged.group_by(KEYS).agg((pl.col("end") - pl.col("start")).sum().alias(name))
+    for name, intervals in merged.items():
+        intervals = intervals.join(owners, on="lane")
+        whole = intervals.with_columns(step=pl.lit(None, pl.Int64))
+        pieces = pl.concat([whole, _by_step(intervals, steps).select(whole.columns)])
+        length = pieces.group_by(KEYS).agg((pl.col("end") - pl.col("start")).sum().alias(name))
         out = length if out is None else out.join(length, on=KEYS, how="full", coalesce=True, nulls_equal=True)
-    return out.with_columns(pl.col(name).fill_null(0) for name in parts)
+    return out.with_columns(pl.col(name).fill_null(0) for name in merged), merged["all"].join(owners, on="lane")
+
+
+def _union_of(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """The merged union of two sets of merged intervals (one of them empty: the other, unchanged)."""
+    if b.is_empty():
+        return a
+    if a.is_empty():
+        return b
+    return merge(pl.concat([a, b]), ["lane"])
 
 
 STEP_NUMBER = r"#(\d+)$"
 
 
-def _steps(spans: pl.DataFrame, step_regex: str | None) -> pl.DataFrame:
+def _steps(cpu: pl.DataFrame, step_regex: str | None) -> pl.DataFrame:
     """owner, step, ws, we: the profiler steps (``ProfilerStep#N``: step N) or the ranges ``step_regex``
     matches (numbered in order), per owner."""
-    cpu = spans.filter(pl.col("device").is_null())
     if step_regex:
         found = cpu.filter(pl.col("kind").is_in(["annotation", "step"]) & pl.col("name").str.contains(step_regex))
     else:
         named = pl.col("name").str.contains(r"^ProfilerStep#\d+$")
         found = cpu.filter((pl.col("kind") == "step") | ((pl.col("kind") == "annotation") & named))
-    found = found.with_columns(owner=owner()).unique(["owner", "start", "end"]).sort("owner", "start")
+    found = found.with_columns(owner=owner()).unique(["owner", "name", "start", "end"]).sort("owner", "start")
     number = pl.col("name").str.extract(STEP_NUMBER).cast(pl.Int64, strict=False)
     order = pl.int_range(pl.len()).over("owner").cast(pl.Int64)
     step = order if step_regex else number.fill_null(order)
@@ -176,6 +212,14 @@ def _by_step(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     their owner's steps."""
     if frame.is_empty() or steps.is_empty():
         return frame.with_columns(step=pl.lit(None, pl.Int64)).clear()
+    steps = steps.sort("owner", "ws")
+    # Owners whose steps overlap (nested ranges a --step-regex matched): every span joins each step it meets.
+    overlapping = steps.filter(pl.col("ws") < pl.col("we").shift(1).over("owner"))["owner"].unique()
+    if overlapping.len():
+        mine = pl.col("owner").is_in(overlapping.implode())
+        nested = _cut(frame.filter(mine), steps.filter(mine))
+        rest = _by_step(frame.filter(~mine), steps.filter(~mine))
+        return pl.concat([rest.select(*frame.columns, "step"), nested.select(*frame.columns, "step")])
     steps = steps.sort("ws")
     probe = frame.sort("start").join_asof(
         steps, left_on="start", right_on="ws", by="owner", strategy="backward", check_sortedness=False
@@ -193,14 +237,19 @@ def _by_step(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         (pl.col("prev_we").is_not_null() & (pl.col("end") > pl.col("prev_we")) & (pl.col("start") < pl.col("prev_we")))
         | (pl.col("next_ws").is_not_null() & (pl.col("end") > pl.col("next_ws")))
     ).drop("next_ws", "prev_ws", "prev_we")
-    cut = crossing.join(steps, on="owner").filter((pl.col("start") < pl.col("we")) & (pl.col("end") > pl.col("ws")))
-    cut = cut.with_columns(start=pl.max_horizontal("start", "ws"), end=pl.min_horizontal("end", "we")).drop("ws", "we")
-    return pl.concat([simple, cut.select(simple.columns)])
+    return pl.concat([simple, _cut(crossing, steps).select(simple.columns)])
 
 
-def _idle_causes(gpu: pl.DataFrame, spans: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Idle ns per (lane, step) and cause, from the gaps between each GPU's merged work."""
-    merged = merge(gpu, ["lane"])
+def _cut(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Each span of ``frame`` cut to every step of its owner it overlaps."""
+    cut = frame.join(steps, on="owner").filter((pl.col("start") < pl.col("we")) & (pl.col("end") > pl.col("ws")))
+    return cut.with_columns(start=pl.max_horizontal("start", "ws"), end=pl.min_horizontal("end", "we")).drop("ws", "we")
+
+
+def _idle_causes(
+    gpu: pl.DataFrame, merged: pl.DataFrame, cpu: pl.DataFrame, launch: pl.DataFrame, steps: pl.DataFrame
+) -> pl.DataFrame:
+    """Idle ns per (lane, step) and cause, from the gaps between each GPU's ``merged`` work."""
     gaps = (
         merged.with_columns(gap_start=pl.col("end").shift(1).over("lane"))
         .filter(pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start")))
@@ -209,19 +258,15 @@ def _idle_causes(gpu: pl.DataFrame, spans: pl.DataFrame, steps: pl.DataFrame) ->
     empty = pl.DataFrame(schema={"lane": pl.String, "step": pl.Int64, **{c: pl.Int64 for c in CAUSES}})
     if gaps.is_empty():
         return empty
-    first = gpu.sort("start", "correlation", "name", nulls_last=True, maintain_order=True).unique(
-        ["lane", "start"], keep="first", maintain_order=True
-    ).select(
-        "lane", "start", "source", "correlation", "pid", "owner"
-    )
-    nxt = gaps.join(first, left_on=["lane", "end"], right_on=["lane", "start"], how="left")
-    nxt = nxt.join(_launches(spans), on=["source", "correlation"], how="left").filter(
-        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid"))
-    ).unique(["lane", "start"], keep="first", maintain_order=True)
-    cpu = spans.filter(pl.col("device").is_null())
+    # The op that ended each gap (one that starts at its end; the lowest row among equals) and its launch.
+    ops = gpu.select("lane", op_start="start", row="row", owner="owner").sort("op_start", "row")
+    nxt = gaps.sort("end").join_asof(ops, left_on="end", right_on="op_start", by="lane", strategy="forward",
+                                     check_sortedness=False)
+    nxt = nxt.join(launch.drop("start"), on="row", how="left")
+    ranges = cpu.filter(pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
     blocked = {
         "in_sync": merge(cpu.filter(pl.col("kind") == "sync"), ["lane"]),
-        "in_peer": merge(cpu.filter(is_comm()), ["lane"]),
+        "in_peer": merge(ranges.filter(is_comm()), ["lane"]),
     }
     for flag, intervals in blocked.items():
         marks = intervals.select(at_lane="lane", b_start="start", b_end="end").sort("b_start")
@@ -254,32 +299,43 @@ def _idle_causes(gpu: pl.DataFrame, spans: pl.DataFrame, steps: pl.DataFrame) ->
 
 def kernels(parts: list[GpuPart]) -> list[KernelStat]:
     """Per (name, class) over all files: count, total, mean, exact median, min, max, population std, share."""
+    if len(parts) == 1:
+        return _stats(parts[0].stats)
     ops = pl.concat([p.ops for p in parts], how="vertical_relaxed") if parts else pl.DataFrame()
     if ops.is_empty():
         return []
-    ops = ops.group_by("kind", "name", "dur").agg(pl.col("n").sum())
-    grand = int((ops["dur"] * ops["n"]).sum())
-    stats = (
-        ops.sort("kind", "name", "dur")
-        .group_by("kind", "name", maintain_order=True)
-        .agg(
-            count=pl.col("n").sum(),
-            total=(pl.col("dur") * pl.col("n")).sum(),
-            sq=(pl.col("dur").cast(pl.Float64).pow(2) * pl.col("n")).sum(),
-            min=pl.col("dur").min(),
-            max=pl.col("dur").max(),
-            lo=pl.col("dur").filter(pl.col("n").cum_sum() > (pl.col("n").sum() - 1) // 2).first(),
-            hi=pl.col("dur").filter(pl.col("n").cum_sum() > pl.col("n").sum() // 2).first(),
-        )
-        .sort("total", "name", descending=[True, False])
+    # Value counts over every file, laid out in duration order: the exact median from their running counts.
+    keys = ["kind", "name"]
+    ops = ops.group_by(*keys, "dur").agg(pl.col("n").sum()).sort(*keys, "dur")
+    wide = pl.col("dur").cast(pl.Int128)
+    ops = ops.with_columns(cum=pl.col("n").cum_sum().over(keys), count=pl.col("n").sum().over(keys))
+    stats = ops.group_by(keys, maintain_order=True).agg(
+        pl.col("count").first(),
+        total=(pl.col("dur") * pl.col("n")).sum(),
+        min=pl.col("dur").first(),
+        max=pl.col("dur").last(),
+        median=(pl.col("dur").filter(pl.col("cum") > (pl.col("count") - 1) // 2).first()
+                + pl.col("dur").filter(pl.col("cum") > pl.col("count") // 2).first()) / 2,
+        sq=(wide * wide * pl.col("n")).sum(),
     )
-    out = []
-    for r in stats.iter_rows(named=True):
-        mean = r["total"] / r["count"]
-        var = max(0.0, r["sq"] / r["count"] - mean * mean)
-        out.append(KernelStat(r["name"], r["kind"], r["count"], r["total"], mean, (r["lo"] + r["hi"]) / 2,
-                              r["min"], r["max"], var**0.5, r["total"] / grand if grand else 0.0))
-    return out
+    return _stats(stats)
+
+
+def _stats(stats: pl.DataFrame) -> list[KernelStat]:
+    """One file's per-name statistics as the kernel summary."""
+    grand = int(stats["total"].sum()) if stats.height else 0
+    ordered = stats.sort("total", "name", descending=[True, False])
+    return [
+        KernelStat(r["name"], r["kind"], r["count"], r["total"], r["total"] / r["count"], float(r["median"]),
+                   r["min"], r["max"], _std(r["count"], r["total"], r["sq"]), r["total"] / grand if grand else 0.0)
+        for r in ordered.iter_rows(named=True)
+    ]
+
+
+def _std(n: int, total: int, sq: int) -> float:
+    """Population standard deviation from exact integer sums: var = (n·Σx² − (Σx)²) / n², in Python ints
+    (no cancellation, and the same to the last bit whatever order the values came in)."""
+    return ((n * int(sq) - total * total) / (n * n)) ** 0.5
 
 
 def host(parts: list[GpuPart]) -> Host | None:
@@ -287,19 +343,21 @@ def host(parts: list[GpuPart]) -> Host | None:
     if not parts:
         return None
     api, ranges = (_merged([getattr(p, key) for p in parts]) for key in ("api", "ranges"))
-    delays = pl.concat([p.delays for p in parts], how="vertical_relaxed").group_by("dur").agg(pl.col("n").sum())
-    ops = pl.concat([p.ops for p in parts], how="vertical_relaxed")
-    short = ops.filter(pl.col("kind").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS))["n"].sum()
-    launches = int(delays["n"].sum()) if delays.height else 0
-    median = _median(delays) if launches else None
+    launches = sum(p.delay["count"] for p in parts)
+    if len(parts) == 1:
+        median = parts[0].delay["median"]
+    else:
+        delays = pl.concat([p.delays for p in parts], how="vertical_relaxed").group_by("dur").agg(pl.col("n").sum())
+        median = _median(delays) if launches else None
+    maxima = [p.delay["max"] for p in parts if p.delay["max"] is not None]
     return Host(
         api=api,
         ranges=ranges[:MAX_RANGES],
         launches=launches,
-        launch_delay_mean_ns=float((delays["dur"] * delays["n"]).sum() / launches) if launches else None,
-        launch_delay_median_ns=median,
-        launch_delay_max_ns=int(delays["dur"].max()) if launches else None,
-        short_kernels=int(short or 0),
+        launch_delay_mean_ns=sum(p.delay["total"] for p in parts) / launches if launches else None,
+        launch_delay_median_ns=None if median is None else float(median),
+        launch_delay_max_ns=max(maxima) if maxima else None,
+        short_kernels=sum(p.short for p in parts),
         short_kernel_ns=SHORT_KERNEL_NS,
         ranges_total=len(ranges),
     )

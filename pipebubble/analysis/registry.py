@@ -58,7 +58,7 @@ def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommP
 def breakdown_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> GpuPart:
     """Every GPU's time breakdown (whole window and per step) and the kernel and host summaries' partial
     sums (``breakdown``); no rows without GPU work."""
-    return gpu_part(spans, options.serving.step_regex)
+    return gpu_part(spans, options.serving.step_regex, alone=options.files == 1)
 
 
 #: name -> analysis, in the order ``mapreduce.map_spans`` runs them.

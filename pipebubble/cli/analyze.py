@@ -35,13 +35,17 @@ def analyze(
     lanes: Annotated[
         bool, typer.Option("--lanes", help="One timeline row per lane, not per stage.", rich_help_panel=OUTPUT)
     ] = False,
+    timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
+    top: flags.Top = formats.TOP,
+    table: flags.TableOpt = None,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
     scale: Scale = Scale(),
     quiet: flags.Quiet = False,
 ) -> None:
-    """Where the GPUs wait: busy/idle per GPU, stream and thread; per pipeline stage, fill/drain bubbles
-    against theory, the biggest waits and what each waited for, and what-if recommendations.
+    """Where the GPUs wait: busy/idle per GPU, stream and thread; each GPU's time as compute, exposed comm,
+    exposed memory and idle (by cause), the kernels and host calls by total; per pipeline stage, fill/drain
+    bubbles against theory, the biggest waits and what each waited for, and what-if recommendations.
 
     Examples:
 
@@ -54,6 +58,10 @@ def analyze(
       pipebubble analyze runs/ -o report.html
 
       pipebubble analyze sample_traces/serve_chunked_prefill --tbt-slo 20
+
+      pipebubble analyze runs/ --timeunit us --top 30
+
+      pipebubble analyze runs/ --format csv --table breakdown -o gpu_time.csv
     """
     from pipebubble.ingest import cache
     from pipebubble.run import run
@@ -64,8 +72,12 @@ def analyze(
     warn([*report.ingest.warnings, *(w for w in cache.warnings() if w not in report.ingest.warnings)])
     try:
         fmt = formats.pick("analyze", format, output)
+        if table is not None and fmt.name != "csv":
+            raise ValueError(f"--table chooses the table of --format csv, not of {fmt.name}")
         text = fmt.render(report, formats.Options(width=width, color=output is None and console_wants_color(),
-                                                  step=step, window=_window(window), lanes=lanes))
+                                                  step=step, window=_window(window), lanes=lanes,
+                                                  timeunit=timeunit.value, top=top,
+                                                  table=table.value if table is not None else formats.Options.table))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     write_text(text, output)

@@ -17,6 +17,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from pipebubble.options import EXECUTORS, STAGE_BY, Options, Scale, merge
+from pipebubble.render.formats import CSV_TABLES, TIME_UNITS
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
@@ -25,10 +26,23 @@ SCALE = "Scale"
 
 StageBy = Enum("StageBy", {name: name for name in STAGE_BY}, type=str)  # type: ignore[misc]
 Executor = Enum("Executor", {name: name for name in EXECUTORS}, type=str)  # type: ignore[misc]
+TimeUnit = Enum("TimeUnit", {name: name for name in TIME_UNITS}, type=str)  # type: ignore[misc]
+CsvTable = Enum("CsvTable", {name: name for name in CSV_TABLES}, type=str)  # type: ignore[misc]
 
 Paths = Annotated[list[Path], typer.Argument(help="Trace files or folders of per-rank traces.")]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.",
                                              rich_help_panel=OUTPUT)]
+# Output flags: how a report is rendered (formats.Options), never what is analysed (not in the report cache's key)
+TimeUnitOpt = Annotated[TimeUnit, typer.Option(
+    "--timeunit", help="Unit of the times in text, markdown, html and csv output: ns, us, ms or s (JSON stays in "
+    "ns; the timeline's axis and the serving section stay in ms). E.g. --timeunit us.", rich_help_panel=OUTPUT)]
+Top = Annotated[int, typer.Option(
+    "--top", min=1, help="Rows of the kernel, runtime API and annotation range tables, biggest total first (JSON and "
+    "csv hold every one). E.g. --top 40.", rich_help_panel=OUTPUT)]
+TableOpt = Annotated[CsvTable | None, typer.Option(
+    "--table", help="The table --format csv writes, one row per item: kernels (the default), breakdown (GPU time "
+    "per GPU and step), lanes, waits or stages. E.g. --format csv --table breakdown -o gpu_time.csv.",
+    rich_help_panel=OUTPUT)]
 Config = Annotated[Path | None, typer.Option("--config", help="Settings file (default: pipebubble.toml or "
                                              "tool.pipebubble in pyproject.toml, searched upward).")]
 StageByOpt = Annotated[StageBy | None, typer.Option(

@@ -21,19 +21,23 @@ def report_formats() -> list[formats.OutputFormat]:
 
 
 def render(report: Report, fmt: str, *, spans: Any = None, width: int | None = None, color: bool = False,
-           step: int | None = None, window: tuple[int, int] | None = None, lanes: bool = False) -> str | bytes:
-    """The report as ``fmt``: text, json, markdown, html (str) or perfetto (bytes), perfetto-json (str),
+           step: int | None = None, window: tuple[int, int] | None = None, lanes: bool = False,
+           timeunit: str = "ms", top: int = formats.TOP, table: str = "kernels") -> str | bytes:
+    """The report as ``fmt``: text, json, markdown, html, csv (str) or perfetto (bytes), perfetto-json (str),
     perfetto-json-gz (bytes).
 
     ``spans``: the span table, which the Perfetto formats need (ValueError without it). ``width``: columns of the
     text output and of the Markdown timeline (None: the terminal's, else 100). ``color``: ANSI styles in text.
     ``step``: zoom the timeline to that step's window; ``window``: to (start, end) ns measured from the
     timeline's origin (the pipeline window's start). ``lanes``: one timeline row per lane instead of per stage.
-    An unknown ``step`` raises ValueError naming the known ones; so does an unknown ``fmt``.
+    ``timeunit``: ns, us, ms or s, for the times of text, markdown, html and csv; ``top``: rows of the kernel,
+    runtime API and range tables; ``table``: which table csv writes (``formats.CSV_TABLES``).
+    An unknown ``step`` raises ValueError naming the known ones; so does an unknown ``fmt``, unit or table.
     """
     known = {f.name: f for f in report_formats()}
     if fmt not in known:
         raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(known)}")
-    options = formats.Options(spans=spans, width=width, color=color, step=step, window=window, lanes=lanes)
+    options = formats.Options(spans=spans, width=width, color=color, step=step, window=window, lanes=lanes,
+                              timeunit=timeunit, top=top, table=table)
     return known[fmt].render(report, options)
 

@@ -20,6 +20,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+TIME_UNITS = ("ns", "us", "ms", "s")  # --timeunit: the keys of cells.UNITS
+CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages")  # --table: the keys of csv_table.TABLES
+TOP = 15  # --top: rows of the kernel, runtime API and range tables
+
 
 @dataclass(frozen=True)
 class Options:
@@ -27,7 +31,10 @@ class Options:
 
     ``spans``: the span table (Perfetto formats need it). ``width``: columns of text and of the Markdown
     timeline (None: the terminal's, else 100). ``color``: ANSI styles in text. ``step`` / ``window`` / ``lanes``:
-    zoom the timeline to a step or to (start, end) ns from its origin; one row per lane.
+    zoom the timeline to a step or to (start, end) ns from its origin; one row per lane. ``timeunit``: the unit
+    of the times in text, Markdown, HTML and CSV tables and facts (one of TIME_UNITS; the timeline's axis, the
+    serving section and JSON keep theirs). ``top``: rows of the kernel, runtime API and range tables. ``table``:
+    the table CSV writes (one of CSV_TABLES).
     """
 
     spans: Any = None
@@ -36,6 +43,9 @@ class Options:
     step: int | None = None
     window: tuple[int, int] | None = None
     lanes: bool = False
+    timeunit: str = "ms"
+    top: int = TOP
+    table: str = "kernels"
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,8 @@ def _width(options: Options) -> int:
 def _text(report: Any, o: Options) -> str:
     from pipebubble.render import terminal
 
-    return terminal.render(report, _width(o), color=o.color, step=o.step, window=o.window, lanes=o.lanes)
+    return terminal.render(report, _width(o), color=o.color, step=o.step, window=o.window, lanes=o.lanes,
+                           unit=o.timeunit, top=o.top)
 
 
 def _json(report: Any, o: Options) -> str:
@@ -78,13 +89,20 @@ def _json(report: Any, o: Options) -> str:
 def _markdown(report: Any, o: Options) -> str:
     from pipebubble.render import markdown
 
-    return markdown.render(report, _width(o), step=o.step, window=o.window, lanes=o.lanes)
+    return markdown.render(report, _width(o), step=o.step, window=o.window, lanes=o.lanes, unit=o.timeunit,
+                           top=o.top)
 
 
 def _html(report: Any, o: Options) -> str:
     from pipebubble.render import html
 
-    return html.render(report, step=o.step, window=o.window, lanes=o.lanes)
+    return html.render(report, step=o.step, window=o.window, lanes=o.lanes, unit=o.timeunit, top=o.top)
+
+
+def _csv(report: Any, o: Options) -> str:
+    from pipebubble.render import csv_table
+
+    return csv_table.render(report, o.table, o.timeunit)
 
 
 def _trace(report: Any, o: Options) -> Any:
@@ -135,13 +153,14 @@ TEXT = OutputFormat("text", (".txt",), False, _text, "the terminal report")
 JSON = OutputFormat("json", (".json",), False, _json, "the report as JSON (stable keys, for jq and diff)")
 MARKDOWN = OutputFormat("markdown", (".md", ".markdown"), False, _markdown, "GitHub Markdown (PR comments)")
 HTML = OutputFormat("html", (".html", ".htm"), False, _html, "one self-contained page")
+CSV = OutputFormat("csv", (".csv",), False, _csv, "one table (--table) as CSV, for pandas and spreadsheets")
 PERFETTO = OutputFormat("perfetto", (".pftrace", ".perfetto-trace", ".pb"), True, _perfetto,
                         "Perfetto TrackEvent protobuf")
 PERFETTO_JSON = OutputFormat("perfetto-json", (".json",), False, _chrome, "Chrome JSON trace")
 PERFETTO_JSON_GZ = OutputFormat("perfetto-json-gz", (".json.gz",), True, _chrome_gz, "gzipped Chrome JSON trace")
 
 COMMANDS: dict[str, Command] = {
-    "analyze": Command((TEXT, JSON, MARKDOWN, HTML), "text", by_suffix=True),
+    "analyze": Command((TEXT, JSON, MARKDOWN, HTML, CSV), "text", by_suffix=True),
     "export": Command((PERFETTO, PERFETTO_JSON, PERFETTO_JSON_GZ), None, by_suffix=True),
     # check, diff and theory choose by --format only (their -o never did more than name the file)
     "check": Command((OutputFormat("text", (".txt",), False, _gates("check_text")),

@@ -1,26 +1,32 @@
-"""One self-contained HTML page (no script, no CDN): facts, the timeline as inline SVG, the tables.
+"""One self-contained HTML page (no script, no CDN): facts, the timeline as inline SVG, the tables, and each
+GPU's time as a stacked bar (inline CSS).
 
-Each pass and each wait is its own SVG rect with a <title>, so hovering shows what ran or what was waited for.
+Each pass and each wait is its own SVG rect with a <title>, so hovering shows what ran or what was waited for;
+each part of a GPU's bar says its time and share in its title.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from pipebubble.render import collectives, sections, timeline
+from pipebubble.render import collectives, gputime, sections, timeline
+from pipebubble.render.cells import share, time
 from pipebubble.render.sections import Table
-from pipebubble.report import Report, Segment, Wait
+from pipebubble.report import Breakdown, Report, Segment, Wait
 
 COLOURS = {"forward": "#4caf50", "backward": "#2196f3", "weight": "#9575cd", "prefill": "#ff9800",
            "decode": "#26c6da", "mixed": "#e040fb", "comm": "#cddc39", "other": "#9e9e9e"}
 WAIT_COLOURS = {"fill": "#ef9a9a", "drain": "#ef9a9a", "upstream": "#e57373", "downstream": "#e57373",
                 "comm": "#ffb74d", "collective": "#f06292", "host": "#a1887f", "sync": "#90a4ae", "unknown": "#bdbdbd"}
+PART_COLOURS = {"compute": "#4caf50", "exposed comm": "#cddc39", "exposed memory": "#26c6da", "idle": "#ef9a9a"}
 SVG_WIDTH, LABEL_PX, ROW_PX, BAR_PX, WAIT_PX = 1200, 130, 30, 20, 5
 CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}ul{padding-left:20px}svg text{font:11px monospace}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:12px;height:12px;
-margin-right:4px;vertical-align:middle}.note{color:#666;margin:2px 0}"""
+margin-right:4px;vertical-align:middle}.note{color:#666;margin:2px 0}.gb{display:flex;align-items:center;margin:2px 0}
+.gb span{width:160px;font:11px monospace;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.gb b{display:flex;width:800px;height:14px;background:#f4f4f4}.gb i{display:block;height:100%}"""
 
 
 def _x(t: int, start: int, end: int) -> float:
@@ -105,6 +111,28 @@ def table(section: Table) -> str:
     return f"<h2>{escape(section.title)}</h2>\n<table><tr>{head}</tr>{body}</table>{notes}"
 
 
+def gpu_bars(report: Report, unit: str = "ms") -> list[str]:
+    """One stacked bar per GPU over its whole window: compute, exposed comm, exposed memory, idle (they add up
+    to the window, so the parts fill the bar)."""
+    rows = gputime.whole(report)
+    if not rows:
+        return []
+    keys = "".join(f'<span><i style="background:{PART_COLOURS[label]}"></i>{label}</span>'
+                   for label, _ in gputime.PARTS)
+    bars = "".join(_bar(b, unit) for b in rows)
+    return [f'<p class="legend">{keys} (share of each GPU\'s window; hover for times)</p>', f"<div>{bars}</div>"]
+
+
+def _bar(b: Breakdown, unit: str) -> str:
+    parts = []
+    for label, key in gputime.PARTS:
+        ns = getattr(b, key)
+        width = 100 * ns / b.window_ns if b.window_ns else 0.0
+        title = f"{b.lane}: {label} {time(ns, unit)} {unit} ({share(ns, b.window_ns)})"
+        parts.append(f'<i style="width:{width:.2f}%;background:{PART_COLOURS[label]}" title="{escape(title)}"></i>')
+    return f'<div class="gb"><span title="{escape(b.lane)}">{escape(b.lane)}</span><b>{"".join(parts)}</b></div>'
+
+
 def _facts(lines: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>"
 
@@ -116,11 +144,18 @@ def interference(report: Report) -> list[str]:
     return ["<h2>Serving: prefill / decode interference</h2>", _facts(sections.interference_facts(report))]
 
 
-def collective_facts(report: Report) -> list[str]:
+def collective_facts(report: Report, unit: str = "ms") -> list[str]:
     """The collectives' facts under their heading (their tables are sections of their own)."""
     if report.collectives is None:
         return []
-    return ["<h2>Collectives</h2>", _facts(collectives.facts(report))]
+    return ["<h2>Collectives</h2>", _facts(collectives.facts(report, unit))]
+
+
+def host(report: Report, unit: str = "ms") -> list[str]:
+    """The host's launch facts under their heading (its tables are sections of their own)."""
+    if report.host is None:
+        return []
+    return ["<h2>Host</h2>", _facts(gputime.host_facts(report, unit))]
 
 
 def legend_line(report: Report) -> list[str]:
@@ -129,16 +164,18 @@ def legend_line(report: Report) -> list[str]:
 
 
 def render(report: Report, *, step: int | None = None, window: tuple[int, int] | None = None,
-           lanes: bool = False) -> str:
-    """The page, its sections in ``sections.SECTIONS`` order."""
-    facts = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report)
+           lanes: bool = False, unit: str = "ms", top: int = gputime.TOP) -> str:
+    """The page, its sections in ``sections.SECTIONS`` order; times in ``unit`` (the timeline's in ms), ``top``
+    rows of the kernel, API and range tables, every row of the others."""
+    facts = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report, unit)
     drawn = {"facts": lambda: [_facts(facts)],
              "timeline": lambda: ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
              if report.timeline else [],
-             "collectives": lambda: collective_facts(report), "interference": lambda: interference(report),
+             "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
+             "gpu_bars": lambda: gpu_bars(report, unit), "host": lambda: host(report, unit),
              "legend": lambda: legend_line(report)}
     body = ["<h1>pipebubble report</h1>"]
-    for kind, section in sections.walk(report, timeline.origin(report)):
+    for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
         body += [table(section)] if section is not None else drawn[kind]()
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>pipebubble report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

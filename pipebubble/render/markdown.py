@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipebubble.render import collectives, sections, timeline
+from pipebubble.render import collectives, gputime, sections, timeline
 from pipebubble.render.sections import Table
 from pipebubble.report import Report
 
@@ -26,17 +26,24 @@ def timeline_block(report: Report, width: int, step: int | None, window: tuple[i
     return ["### Timeline", "", "```text", *timeline.plain_lines(grid), "```", "", timeline.legend(grid), ""]
 
 
-def facts(report: Report) -> list[str]:
+def facts(report: Report, unit: str = "ms") -> list[str]:
     """What was read, the job's notes and the pipeline's header, one list item each."""
-    lines = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report)
+    lines = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report, unit)
     return [f"- {line}" for line in lines] + [""]
 
 
-def collective_facts(report: Report) -> list[str]:
+def collective_facts(report: Report, unit: str = "ms") -> list[str]:
     """The collectives' facts as a list under their heading (their tables are sections of their own)."""
     if report.collectives is None:
         return []
-    return ["### Collectives", "", *(f"- {fact}" for fact in collectives.facts(report)), ""]
+    return ["### Collectives", "", *(f"- {fact}" for fact in collectives.facts(report, unit)), ""]
+
+
+def host(report: Report, unit: str = "ms") -> list[str]:
+    """The host's launch facts as a list under their heading (its tables are sections of their own)."""
+    if report.host is None:
+        return []
+    return ["### Host", "", *(f"- {fact}" for fact in gputime.host_facts(report, unit)), ""]
 
 
 def legend(report: Report) -> list[str]:
@@ -53,13 +60,14 @@ def interference(report: Report) -> list[str]:
 
 
 def render(report: Report, width: int = 100, *, step: int | None = None, window: tuple[int, int] | None = None,
-           lanes: bool = False) -> str:
-    """The report as one Markdown document, its sections in ``sections.SECTIONS`` order."""
-    drawn = {"facts": lambda: facts(report),
+           lanes: bool = False, unit: str = "ms", top: int = gputime.TOP) -> str:
+    """The report as one Markdown document, its sections in ``sections.SECTIONS`` order; times in ``unit``,
+    ``top`` rows of the kernel, API and range tables, every row of the others."""
+    drawn = {"facts": lambda: facts(report, unit),
              "timeline": lambda: timeline_block(report, width, step, window, lanes) if report.timeline else [],
-             "collectives": lambda: collective_facts(report), "interference": lambda: interference(report),
-             "legend": lambda: legend(report)}
+             "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
+             "gpu_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report)}
     lines = ["## pipebubble report", ""]
-    for kind, section in sections.walk(report, timeline.origin(report)):
+    for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
         lines += table(section) if section is not None else drawn[kind]()
     return "\n".join(lines).rstrip("\n") + "\n"

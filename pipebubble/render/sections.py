@@ -6,28 +6,32 @@ Only formatting happens here: every number is read from the Report as it is.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from pipebubble.render import collectives
-from pipebubble.render.cells import Table, bar, ms, num, pct, signed_pct  # renderers take Table, ms from here
+from pipebubble.render import collectives, gputime
+from pipebubble.render.cells import Table, bar, ms, num, pct, signed_pct, time  # renderers take Table, ms here
 from pipebubble.report import Report, Wait, ms4
 
 TOP_WAITS = 10
 
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
 # this order. "facts" (what was read, the job's notes, then the pipeline's header lines), the facts of
-# "timeline", "collectives" and "interference", and "legend" (what each utilization figure shown means) are
-# drawn by each renderer in its own way; the rest are tables (see ``table``).
+# "timeline", "collectives", "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws
+# it, text and Markdown have the table) and "legend" (what each utilization figure shown means) are drawn by
+# each renderer in its own way; the rest are tables (see ``table``).
 SECTIONS = ("facts", "timeline", "stages", "waits", "recommendations", "collectives", "collective_ranks",
-            "collective_calls", "interference", "steps", "episodes", "lanes", "legend")
-DRAWN = frozenset({"facts", "timeline", "collectives", "interference", "legend"})
+            "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle", "gpu_steps",
+            "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
+DRAWN = frozenset({"facts", "timeline", "collectives", "interference", "gpu_bars", "host", "legend"})
 
 # What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
 LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",
           "stages": "stage utilization = its compute (comm excluded) / |W|",
+          "gpu_time": "GPU time: compute + exposed comm + exposed memory + idle = window, as unions",
           "lanes": "lane idle = 1 − union of its work / its own first-to-last busy window"}
 
 
-def header(report: Report) -> list[str]:
+def header(report: Report, unit: str = "ms") -> list[str]:
     """One line per fact about the pipeline: shape, evidence, bubble vs theory, utilization, bounds, cost."""
     p = report.pipeline
     if p is None:
@@ -35,7 +39,7 @@ def header(report: Report) -> list[str]:
     m = "?" if p.microbatches is None else f"{p.microbatches}" + (" (inferred)" if p.microbatches_inferred else "")
     sched = (p.schedule or "unknown schedule") + (f", v={p.chunks} chunks" if p.chunks > 1 else "")
     theory = f" vs {pct(p.theoretical_bubble_fraction)} in theory" if p.theoretical_bubble_fraction is not None else ""
-    step = f", step {ms(p.step_time_ns)} ms" if p.step_time_ns else ""
+    step = f", step {time(p.step_time_ns, unit)} {unit}" if p.step_time_ns else ""
     lines = [f"pipeline: p={p.stages} stages, m={m} micro-batches, {sched}{step}"]
     lines += ["pipeline evidence: " + "; ".join(p.evidence)] if p.evidence else []  # an item may hold commas
     efficiency = f"; efficiency {pct(p.pipeline_efficiency)} of theory's" if p.pipeline_efficiency is not None else ""
@@ -47,8 +51,8 @@ def header(report: Report) -> list[str]:
               + (f"; with exposed comm {num(p.throughput_bound_with_comm)} steps/s"
                  if p.throughput_bound_with_comm else "")]
     if p.idle_gpu_ns_per_step and p.step_time_ns:
-        lines.append(f"idle: {ms(p.idle_gpu_ns_per_step)} GPU-ms per step, of {ms(p.stages * p.step_time_ns)} "
-                     "GPU-ms billed")
+        lines.append(f"idle: {time(p.idle_gpu_ns_per_step, unit)} GPU-{unit} per step, of"
+                     f" {time(p.stages * p.step_time_ns, unit)} GPU-{unit} billed")
     if p.idle_cost_per_hour is not None:
         lines.append(f"idle cost: ${num(p.idle_cost_per_hour)}/hour, ${num(p.idle_cost_per_step, 4)}/step"
                      + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful GPU-hour"
@@ -63,7 +67,8 @@ def job_notes(report: Report) -> list[str]:
 
 def legend(report: Report) -> str | None:
     """One line defining each utilization figure the report shows; None when it shows none."""
-    shown = {"pipeline": report.pipeline is not None, "stages": bool(report.stages), "lanes": bool(report.lanes)}
+    shown = {"pipeline": report.pipeline is not None, "stages": bool(report.stages),
+             "gpu_time": bool(report.breakdown), "lanes": bool(report.lanes)}
     parts = [text for key, text in LEGEND.items() if shown[key]]
     return "legend: " + "; ".join(parts) if parts else None
 
@@ -76,11 +81,11 @@ def _excess(excess: float | None, causes: dict[str, float]) -> str:
     return f" (excess {pct(excess)}" + (f": {parts})" if parts else ")")
 
 
-def stage_table(report: Report, bar_width: int = 10) -> Table:
-    rows = [[_stage_name(st.stage, st.name), ms(st.busy_ns), ms(st.comm_ns), ms(st.fill_ns), ms(st.drain_ns),
-             ms(st.steady_idle_ns), f"{pct(st.utilization)} {bar(st.utilization, bar_width)}"]
-            for st in report.stages]
-    return Table("Stages (ms over the step windows W; utilization = compute / |W|)",
+def stage_table(report: Report, bar_width: int = 10, unit: str = "ms") -> Table:
+    rows = [[_stage_name(st.stage, st.name),
+             *(time(v, unit) for v in (st.busy_ns, st.comm_ns, st.fill_ns, st.drain_ns, st.steady_idle_ns)),
+             f"{pct(st.utilization)} {bar(st.utilization, bar_width)}"] for st in report.stages]
+    return Table(f"Stages ({unit} over the step windows W; utilization = compute / |W|)",
                  ["stage", "busy", "comm", "fill", "drain", "steady idle", "utilization"], rows, frozenset(range(1, 6)))
 
 
@@ -90,15 +95,15 @@ def _stage_name(stage: int, name: str) -> str:
     return short if not name or name == short else f"{short} {name}"
 
 
-def wait_table(report: Report, origin_ns: int) -> Table:
-    """The biggest waits (the report lists them biggest first); `at` is ms from the timeline's origin. A
+def wait_table(report: Report, origin_ns: int, unit: str = "ms") -> Table:
+    """The biggest waits (the report lists them biggest first); `at` is from the timeline's origin. A
     "waited for" column names the last rank to arrive when some wait shown spun in a collective."""
     shown = report.waits[:TOP_WAITS]
     blame = any(w.waited_for is not None for w in shown)
-    rows = [[_where(w), ms(w.start_ns - origin_ns), ms(w.dur_ns), w.cause, w.before or "-", w.after or "-",
-             *([_rank(w.waited_for)] if blame else [])] for w in shown]
+    rows = [[_where(w), time(w.start_ns - origin_ns, unit), time(w.dur_ns, unit), w.cause, w.before or "-",
+             w.after or "-", *([_rank(w.waited_for)] if blame else [])] for w in shown]
     title = f"Biggest waits (top {len(shown)} of {len(report.waits)})"
-    return Table(title, ["where", "at ms", "ms", "cause", "before", "after", *(["waited for"] if blame else [])],
+    return Table(title, ["where", f"at {unit}", unit, "cause", "before", "after", *(["waited for"] if blame else [])],
                  rows, frozenset({1, 2}))
 
 
@@ -113,26 +118,26 @@ def _rank(rank: int | None) -> str:
     return "-" if rank is None else f"rank {rank}"
 
 
-def recommendation_table(report: Report) -> Table:
+def recommendation_table(report: Report, unit: str = "ms") -> Table:
     """Notes are long and repeat across rows, so each distinct note is a footnote the rows point to."""
     recs = report.pipeline.recommendations if report.pipeline else []
-    replay = _replay(report)  # a footnote on the current setup's row
+    replay = _replay(report, unit)  # a footnote on the current setup's row
     notes = tuple(dict.fromkeys([*(r.note for r in recs if r.note), *([replay] if replay else [])]))
     # a label may end in "→ bubble 12 %"; the bubble column says that already
-    rows = [[r.label.split(" → ")[0], r.schedule, str(r.microbatches), str(r.chunks), ms(r.step_time_ns),
+    rows = [[r.label.split(" → ")[0], r.schedule, str(r.microbatches), str(r.chunks), time(r.step_time_ns, unit),
              pct(r.bubble_fraction), f"{r.speedup:.2f}x", _refs(notes, r.note, replay if _current(r.label) else "")]
             for r in recs]
     return Table("What if (simulated from the measured stage times)",
-                 ["change", "schedule", "m", "v", "step ms", "bubble", "speedup", "note"], rows,
+                 ["change", "schedule", "m", "v", f"step {unit}", "bubble", "speedup", "note"], rows,
                  frozenset({2, 3, 4, 5, 6}), notes)
 
 
-def _replay(report: Report) -> str:
+def _replay(report: Report, unit: str = "ms") -> str:
     """The what-if replay of the current schedule against the measured step, when the analysis compared them."""
     p = report.pipeline
     if p is None or p.replay_error is None or p.replayed_step_ns is None:
         return ""
-    return (f"current: replay {ms(p.replayed_step_ns)} ms vs measured {ms(p.step_time_ns)} ms"
+    return (f"current: replay {time(p.replayed_step_ns, unit)} {unit} vs measured {time(p.step_time_ns, unit)} {unit}"
             f" ({signed_pct(p.replay_error)}); speedups are against the measured step")
 
 
@@ -192,16 +197,18 @@ def _times(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def lane_table(report: Report, limit: int | None = None) -> Table:
+def lane_table(report: Report, limit: int | None = None, unit: str = "ms") -> Table:
     """One row per lane, in report order; ``limit``: at most that many rows, with a note of how many more
     (a job of thousands of threads would otherwise print thousands of rows)."""
     shown = report.lanes if limit is None else report.lanes[:limit]
-    rows = [[ln.lane, ln.kind, ms(ln.busy_ns), ms(ln.idle_ns), ms(ln.window_ns), pct(ln.idle_fraction)]
-            for ln in shown]
+    rows = [[ln.lane, ln.kind, time(ln.busy_ns, unit), time(ln.idle_ns, unit), time(ln.window_ns, unit),
+             pct(ln.idle_fraction)] for ln in shown]
     hidden = len(report.lanes) - len(shown)
-    notes = (f"{hidden:,} more lanes not shown: --format json, markdown or html lists every lane",) if hidden else ()
+    every = "--format csv --table lanes, json, markdown or html list every lane"
+    notes = (f"{hidden:,} more lanes not shown: {every}",) if hidden else ()
     return Table("Lanes (busy = union of work; window = first to last busy instant; idle = 1 − busy / window)",
-                 ["lane", "kind", "busy ms", "idle ms", "window ms", "idle"], rows, frozenset({2, 3, 4, 5}), notes)
+                 ["lane", "kind", f"busy {unit}", f"idle {unit}", f"window {unit}", "idle"], rows,
+                 frozenset({2, 3, 4, 5}), notes)
 
 
 def ingest_lines(report: Report, warnings: bool = True) -> list[str]:
@@ -214,27 +221,48 @@ def ingest_lines(report: Report, warnings: bool = True) -> list[str]:
     return [line] + ([f"warning: {w}" for w in ing.warnings] if warnings else [])
 
 
-def table(report: Report, kind: str, origin_ns: int, *, bar_width: int = 10, lane_limit: int | None = None,
-          rank_limit: int | None = None) -> Table:
-    """The table of section ``kind`` (any of SECTIONS but DRAWN); ``origin_ns``: where `at ms` counts from."""
-    builders = {"stages": lambda: stage_table(report, bar_width), "waits": lambda: wait_table(report, origin_ns),
-                "recommendations": lambda: recommendation_table(report),
-                "collective_ranks": lambda: collectives.rank_table(report, rank_limit),
-                "collective_calls": lambda: collectives.call_table(report, origin_ns),
+@dataclass(frozen=True)
+class Layout:
+    """How a renderer wants the tables: times in ``unit`` (``cells.UNITS``), ``top`` rows of the kernel, API
+    and range tables, utilization bars ``bar_width`` wide, and at most ``*_limit`` rows of lanes, collective
+    ranks, GPUs and GPU steps (None: every row; the terminal sets them, each table says how many more)."""
+
+    unit: str = "ms"
+    top: int = gputime.TOP
+    bar_width: int = 10
+    lane_limit: int | None = None
+    rank_limit: int | None = None
+    gpu_limit: int | None = None
+    step_limit: int | None = None
+
+
+def table(report: Report, kind: str, origin_ns: int, layout: Layout | None = None) -> Table:
+    """The table of section ``kind`` (any of SECTIONS but DRAWN); ``origin_ns``: where `at` times count from."""
+    lo = layout or Layout()
+    unit = lo.unit
+    builders = {"stages": lambda: stage_table(report, lo.bar_width, unit),
+                "waits": lambda: wait_table(report, origin_ns, unit),
+                "recommendations": lambda: recommendation_table(report, unit),
+                "collective_ranks": lambda: collectives.rank_table(report, lo.rank_limit, unit),
+                "collective_calls": lambda: collectives.call_table(report, origin_ns, unit),
                 "steps": lambda: step_table(report), "episodes": lambda: episode_table(report, origin_ns),
-                "lanes": lambda: lane_table(report, lane_limit)}
+                "gpu_time": lambda: gputime.breakdown_table(report, lo.gpu_limit, unit),
+                "gpu_idle": lambda: gputime.idle_table(report, lo.gpu_limit, unit),
+                "gpu_steps": lambda: gputime.step_table(report, lo.step_limit, unit),
+                "kernels": lambda: gputime.kernel_table(report, lo.top, unit),
+                "host_api": lambda: gputime.api_table(report, lo.top, unit),
+                "host_ranges": lambda: gputime.range_table(report, lo.top, unit),
+                "lanes": lambda: lane_table(report, lo.lane_limit, unit)}
     return builders[kind]()
 
 
-def walk(report: Report, origin_ns: int, *, bar_width: int = 10, lane_limit: int | None = None,
-         rank_limit: int | None = None) -> Iterator[tuple[str, Table | None]]:
+def walk(report: Report, origin_ns: int, layout: Layout | None = None) -> Iterator[tuple[str, Table | None]]:
     """Each section in SECTIONS order as (kind, table): table is None for a drawn section (the renderer decides
-    whether it has anything to show); a table without rows is left out. ``lane_limit`` / ``rank_limit``: at
-    most that many lane / rank rows (the terminal's), each table saying how many more."""
+    whether it has anything to show); a table without rows is left out."""
     for kind in SECTIONS:
         if kind in DRAWN:
             yield kind, None
             continue
-        section = table(report, kind, origin_ns, bar_width=bar_width, lane_limit=lane_limit, rank_limit=rank_limit)
+        section = table(report, kind, origin_ns, layout)
         if section.rows:
             yield kind, section
