@@ -4,6 +4,10 @@ The JSON form is public (ARCHITECTURE.md): its keys are the ones the section has
 rounded to 4 decimals (``ms4``), and beside each ms key its ``_ns`` twin at full precision
 (``step_ms`` / ``step_ns``, ``ms_per_decode_request`` / ``ns_per_decode_request`` ...). ``from_dict`` reads
 the ``_ns`` keys when present and the ms keys otherwise (a report saved before they existed).
+
+A step's duration is max(its CPU range, the GPU span of the work it launched); ``clock`` says which of the
+two timed most steps, and the per-class ``step_cpu_*``, ``step_gpu_*`` and ``launch_lag_*`` quantiles give
+both parts and the wait from the range's start to its first GPU instant.
 """
 
 from __future__ import annotations
@@ -31,12 +35,17 @@ def _each(values: dict[str, Any] | None, convert) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class StepClass:
     """One class of engine step (prefill, decode, mixed, idle): how many ran, the quantiles of their
-    durations (None when none ran) and the median GPU span of those that launched GPU work."""
+    durations (None when none ran), the median GPU span of those that launched GPU work, and the quantiles
+    of the two parts of a duration (CPU range; GPU span, of the steps that launched GPU work) and of the
+    launch lag (first GPU instant − range start)."""
 
     name: str
     steps: int = 0
     durations_ns: Quantiles | None = None
     gpu_p50_ns: float | None = None
+    cpu_ns: Quantiles | None = None
+    gpu_ns: Quantiles | None = None
+    lag_ns: Quantiles | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,11 @@ class Interference:
     host_gap_ns: Quantiles | None = None  # p50, p99 of the host time between steps; None: no gap
     gpu_idle_between_steps_ns: int | None = None
     engine_threads: int | None = None
+    clock: str | None = None  # gpu | cpu: what timed most steps that launched GPU work (cpu: none launched)
+    clock_note: str | None = None  # the clock and why, in words, as every format prints it
+    steps_timed_by_gpu: int | None = None  # steps whose GPU span outlasted their CPU range
+    steps_with_gpu_work: int | None = None
+    overlapped_steps: int | None = None  # steps whose range opened before the previous step's work ended
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON section: today's keys in their order, each ms key followed by its ``_ns`` twin."""
@@ -112,8 +126,21 @@ class Interference:
             "gpu_step_ms": self._gpu_step(ms4),
             "gpu_step_ns": self._gpu_step(lambda ns: ns),
             "engine_threads": self.engine_threads,
+            "clock": self.clock,
+            "clock_note": self.clock_note,
+            "steps_timed_by_gpu": self.steps_timed_by_gpu,
+            "steps_with_gpu_work": self.steps_with_gpu_work,
+            "overlapped_steps": self.overlapped_steps,
+            **self._parts("step_cpu", "cpu_ns"),
+            **self._parts("step_gpu", "gpu_ns"),
+            **self._parts("launch_lag", "lag_ns"),
         }
         return full
+
+    def _parts(self, key: str, attr: str) -> dict[str, dict]:
+        """``{key}_ms`` / ``{key}_ns``: {class: quantiles} of the classes that have them."""
+        ran = {c.name: getattr(c, attr) for c in self.classes if getattr(c, attr) is not None}
+        return {f"{key}_ms": {k: _each(q, ms4) for k, q in ran.items()}, f"{key}_ns": ran}
 
     def _gpu_step(self, convert) -> dict[str, float | None] | None:
         """{class: median GPU span} of the classes that launched GPU work; None when no step did."""
@@ -151,13 +178,21 @@ def _twins(ms_key: str, ns_key: str, ns: float | None) -> dict[str, float | None
     return {ms_key: ms4(ns), ns_key: ns}
 
 
+def _per_class(data: dict[str, Any], key: str) -> dict[str, Quantiles]:
+    """{class: quantiles in ns} from ``{key}_ns``, else from ``{key}_ms``; {} when neither is there."""
+    return data.get(f"{key}_ns") or _each(data.get(f"{key}_ms"), lambda q: _each(q, _ns)) or {}
+
+
 def _classes(data: dict[str, Any]) -> list[StepClass]:
-    """Step classes from ``iterations``, ``step_*`` and ``gpu_step_*``, in the order they first appear."""
+    """Step classes from ``iterations``, ``step_*``, ``gpu_step_*`` and the parts' keys, in the order they
+    first appear."""
     counts = data.get("iterations") or {}
-    durations = data.get("step_ns") or _each(data.get("step_ms"), lambda q: _each(q, _ns)) or {}
+    durations = _per_class(data, "step")
     gpu = data.get("gpu_step_ns") or _each(data.get("gpu_step_ms"), _ns) or {}
-    names = dict.fromkeys([*counts, *durations, *gpu])
-    return [StepClass(n, counts.get(n, 0), durations.get(n), gpu.get(n)) for n in names]
+    parts = [_per_class(data, key) for key in ("step_cpu", "step_gpu", "launch_lag")]
+    names = dict.fromkeys([*counts, *durations, *gpu, *(n for part in parts for n in part)])
+    return [StepClass(n, counts.get(n, 0), durations.get(n), gpu.get(n), *(part.get(n) for part in parts))
+            for n in names]
 
 
 #: Every key of the JSON section, in order.

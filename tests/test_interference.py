@@ -142,6 +142,35 @@ def test_gpu_work_is_attributed_to_the_launching_step():
     assert [(s.stage, s.start_ns, s.end_ns) for s in segments] == [(3, 2 * MS, 9 * MS), (3, 12 * MS, 15 * MS)]
     assert report["gpu_idle_between_steps_ns"] == 3 * MS
     assert report["gpu_step_ms"] == {"prefill": 7.0, "decode": 3.0}
+    # Both ranges (10 ms each) outlast their GPU work (7 and 3 ms): the steps are timed by their ranges.
+    assert report["step_ms"]["prefill"]["p50"] == report["step_ms"]["decode"]["p50"] == 10.0
+    assert report["step_gpu_ms"]["decode"]["p50"] == 3.0
+    assert report["launch_lag_ms"] == {c: {"p50": 2.0, "p90": 2.0, "p99": 2.0} for c in ("prefill", "decode")}
+    assert (report["clock"], report["steps_timed_by_gpu"], report["steps_with_gpu_work"]) == ("cpu", 0, 2)
+
+
+def test_a_range_that_closes_before_its_kernels_is_timed_by_them():
+    """The decode step's range (10 – 11 ms) launches a kernel that runs 12 – 30 ms: the step lasts 18 ms; the
+    prompt step's range (0 – 10 ms) outlasts its kernel (2 – 9 ms) and lasts 10 ms."""
+    cpu = labels([(vllm(1, 64, 0), 10), (vllm(0, 0, 2), 1)], gap_ms=0)
+    gpu = conform(pl.DataFrame([*launch(1, "cudaLaunchKernel", 1, "k", 2, 9),
+                                *launch(2, "cudaLaunchKernel", 10.5, "k", 12, 30)]))
+    report, segments = interference(pl.concat([cpu, gpu]))
+    assert report["step_ms"]["decode"]["p50"] == 18.0 and report["step_cpu_ms"]["decode"]["p50"] == 1.0
+    assert report["step_ms"]["prefill"]["p50"] == 10.0 and report["step_gpu_ms"]["prefill"]["p50"] == 7.0
+    assert report["launch_lag_ms"]["decode"]["p50"] == 2.0  # 12 ms, the kernel, less 10 ms, the range
+    assert report["steps_timed_by_gpu"] == 1 and report["clock"] == "cpu"  # one of two: not most
+    assert report["clock_note"].endswith("; steps longer on the GPU than their range, timed by it: 1 of 2")
+    assert [(s.start_ns, s.end_ns) for s in segments] == [(2 * MS, 9 * MS), (12 * MS, 30 * MS)]
+
+
+def test_typed_section_with_gpu_parts_round_trips():
+    section, _ = analyse(gpu_trace())
+    decode = next(c for c in section.classes if c.name == "decode")
+    assert decode.cpu_ns["p50"] == 10 * MS and decode.gpu_ns["p50"] == 3 * MS and decode.lag_ns["p50"] == 2 * MS
+    assert Interference.from_dict(section.to_dict()) == section
+    older = {k: v for k, v in section.to_dict().items() if not k.endswith("_ns")}  # ms keys only
+    assert Interference.from_dict(older).classes[1].gpu_ns["p50"] == pytest.approx(3 * MS)
 
 
 @pytest.mark.parametrize("frame", [empty(), labels([("forward", 1)])], ids=["empty", "one-span"])
@@ -181,9 +210,15 @@ def test_sglang_trace_yields_its_extend_step():
     report, segments = interference(spans)
     assert report["source"] == "labels:sglang"
     assert report["iterations"] == {"prefill": 1, "decode": 0, "mixed": 0, "idle": 0}
-    assert report["step_ms"]["prefill"]["p50"] == pytest.approx(28.92, abs=0.01)
-    # The GPU runs the 36 layers long after the CPU range closes (nothing synchronises inside it).
-    assert report["gpu_step_ms"]["prefill"] > 400
+    # The GPU runs the 36 layers long after the CPU range closes (nothing synchronises inside it): the step is
+    # timed by its GPU work, first kernel start to last kernel end (checked by hand in the trace: 524 kernels
+    # launched from the range, 185.945 222 ms to 679.474 429 ms after the trace's second 1779988464).
+    assert report["step_cpu_ms"]["prefill"]["p50"] == pytest.approx(28.9159, abs=1e-4)
+    assert report["step_ms"]["prefill"]["p50"] == report["step_gpu_ms"]["prefill"]["p50"] == 493.5292
+    assert report["launch_lag_ms"]["prefill"]["p50"] == 0.104  # 104 012 ns from range start to first kernel
+    assert report["gpu_step_ms"]["prefill"] == 493.5292
+    assert (report["clock"], report["steps_timed_by_gpu"], report["steps_with_gpu_work"]) == ("gpu", 1, 1)
+    assert report["clock_note"].startswith("timed by GPU work: CPU ranges close before the GPU finishes")
     assert [(s.stage, s.phase) for s in segments] == [(9, "prefill")]
 
 
@@ -248,6 +283,8 @@ def test_gpu_bursts_are_steps_when_no_frames():
         ("mixed", 21 * MS, 25 * MS)]
     assert report["gpu_idle_between_steps_ns"] == (5 + 5 + 5) * MS
     assert report["decode_slowdown_when_mixed"] == 4.0  # 4 ms mixed against 1 ms decode bursts
+    assert report["clock"] == "gpu"
+    assert report["clock_note"] == "timed by GPU work: the steps are bursts of GPU work (no CPU ranges)"
 
 
 def test_training_and_forward_only_work_are_not_inferred_steps():
@@ -270,7 +307,9 @@ def test_sglang_trace_holds_no_decode_step():
     report, segments = interference(unlabelled)
     assert report["source"] == "inferred"
     assert report["iterations"] == {"prefill": 1, "decode": 0, "mixed": 0, "idle": 0}
-    assert report["step_ms"]["prefill"]["p50"] == pytest.approx(28.94, abs=0.01)
+    assert report["step_cpu_ms"]["prefill"]["p50"] == pytest.approx(28.94, abs=0.01)
+    assert report["step_ms"]["prefill"]["p50"] == pytest.approx(493.53, abs=0.01)  # its GPU work, as above
+    assert report["clock"] == "gpu"
     assert [(s.stage, s.phase) for s in segments] == [(9, "prefill")]
 
 

@@ -1,19 +1,25 @@
 """Prefill/decode interference in LLM serving: how much a step that carries prompt work slows the decodes in it.
 
 Definitions (ARCHITECTURE.md; SARATHI, Agrawal et al., OSDI 2024, for chunking and step uniformity):
-- A step's duration is the wall time of its own CPU span (the engine's range), not the sum of its kernels.
+- A step's duration is max(its CPU range, the GPU span of the work it launched) (``steps_llm.timed``): the
+  range where the engine synchronises before closing it, the GPU work where it does not (async engines). Every
+  number below uses it; ``clock`` says which of the two timed most steps that launched GPU work.
 - decode_slowdown_when_mixed = median(mixed step) / median(pure-decode step).
-- Time between tokens (TBT) proxy: on one engine thread, the time from the end of one step that carries decodes
-  to the end of the next (each such step emits one token per decoding request). An interval that holds prompt
-  work (a mixed step, or prefill-only steps that made the decodes wait) is an interference episode;
-  decode_slowdown_when_prefill = median(episode) / median(interval of pure-decode steps), which also covers
-  engines that never mix (decodes stall behind whole-prompt steps).
+- Time between tokens (TBT) proxy: on one engine thread, the time from the completion of one step that carries
+  decodes to the completion of the next (each such step emits one token per decoding request); a step
+  completes when its range and its GPU work have both ended, so overlapping steps (async scheduling: step
+  n+1's range runs while step n's GPU work executes) are measured completion to completion, not range to
+  range. An interval that holds prompt work (a mixed step, or prefill-only steps that made the decodes wait)
+  is an interference episode; decode_slowdown_when_prefill = median(episode) / median(interval of pure-decode
+  steps), which also covers engines that never mix (decodes stall behind whole-prompt steps).
 - generation_stalls: TBT intervals above ``STALL_FACTOR`` x the median interval.
 - ms_per_1k_prefill_tokens: b in the least-squares fit dur = a + b·prefill_tokens + c·decode_requests over
   non-idle steps; chunk_for_slo_tokens = (SLO − a − c·median decode batch) / b: the prompt tokens a step can add
   to the running decodes and stay under the time-between-tokens SLO (SARATHI's token budget).
 - step_cv: standard deviation / mean of non-idle step durations, the non-uniformity chunking aims to shrink.
+- host_gap_ns: the host time between one CPU range's end and the next's start, per thread.
 - gpu_idle_between_steps_ns: Σ max(0, next step's first GPU instant − this step's last), per thread.
+- overlapped_steps: steps whose range opened before the previous step on their thread completed.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.steps_inferred import infer_steps
-from pipebubble.analysis.steps_llm import CLASSES, attach_gpu, find_steps
+from pipebubble.analysis.steps_llm import CLASSES, attach_gpu, find_steps, timed
 from pipebubble.report import Episode, Interference, Segment, StepClass
 
 STALL_FACTOR = 3.0
@@ -38,33 +44,36 @@ def _median(frame: pl.DataFrame, col: str) -> float | None:
     return frame[col].median() if frame.height else None
 
 
+def _quantiles(values: pl.Series) -> dict[str, float | None] | None:
+    values = values.drop_nulls()
+    return {k: values.quantile(q, interpolation="linear") for k, q in _Q} if values.len() else None
+
+
 def _classes(steps: pl.DataFrame) -> list[StepClass]:
-    """Every step class (``CLASSES`` order): its count, duration quantiles (ns; None when none ran) and
-    the median span from its first to last launched GPU instant (the engine's CPU range may close before its
-    GPU work ends when nothing synchronises inside it)."""
-    gpu = None
-    if "gpu_start" in steps.columns and not steps["gpu_start"].is_null().all():
-        gpu = steps.filter(pl.col("gpu_start").is_not_null()).with_columns(g=pl.col("gpu_end") - pl.col("gpu_start"))
+    """Every step class (``CLASSES`` order): its count, the quantiles of its durations and of their parts (CPU
+    range; GPU span and launch lag of the steps that launched GPU work; None when none ran) and the median GPU
+    span."""
     out = []
     for cls in CLASSES:
-        dur = steps.filter(pl.col("cls") == cls)["dur"]
-        quantiles = {k: dur.quantile(q, interpolation="linear") for k, q in _Q} if dur.len() else None
-        ran = gpu.filter(pl.col("cls") == cls)["g"] if gpu is not None else None
-        out.append(StepClass(cls, dur.len(), quantiles, ran.median() if ran is not None and ran.len() else None))
+        of = steps.filter(pl.col("cls") == cls)
+        gpu = of["gpu_span"].drop_nulls()
+        out.append(StepClass(cls, of.height, _quantiles(of["dur"]), gpu.median() if gpu.len() else None,
+                             _quantiles(of["cpu_span"]), _quantiles(gpu), _quantiles(of["lag"])))
     return out
 
 
 def tbt_intervals(steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per decode-carrying step that follows another on its thread: ``start`` (the previous one's end),
-    ``dur`` (the TBT proxy), ``prefill_tokens`` and ``prefill_steps`` in between (this step included),
-    the ending step's ``cls``, ``decode_reqs`` and ``step``."""
-    marked = steps.sort("lane", "start").with_columns(
+    """One row per decode-carrying step that follows another on its thread (``timed`` steps, in order of
+    completion): ``start`` (the previous one's completion), ``dur`` (the TBT proxy), ``prefill_tokens`` and
+    ``prefill_steps`` completed in between (this step included), the ending step's ``cls``, ``decode_reqs``
+    and ``step``."""
+    marked = steps.sort("lane", "done", "start").with_columns(
         cum_tokens=pl.col("prefill_tokens").fill_null(0).cum_sum().over("lane"),
         cum_pf=pl.col("cls").is_in(["prefill", "mixed"]).cast(pl.Int64).cum_sum().over("lane"))
     dec = marked.filter((pl.col("decode_reqs").fill_null(0) > 0) | pl.col("cls").is_in(["decode", "mixed"]))
-    prev = pl.col("end").shift(1).over("lane")
+    prev = pl.col("done").shift(1).over("lane")
     return dec.with_columns(
-        start=prev, dur=pl.col("end") - prev,
+        start=prev, dur=pl.col("done") - prev,
         prefill_tokens=pl.col("cum_tokens") - pl.col("cum_tokens").shift(1).over("lane"),
         prefill_steps=pl.col("cum_pf") - pl.col("cum_pf").shift(1).over("lane"),
     ).filter(pl.col("start").is_not_null()).select(
@@ -105,7 +114,7 @@ def _chunk_for_slo(fit: tuple[float, float, float] | None, decodes: float | None
 
 
 def _gpu_idle(steps: pl.DataFrame) -> int | None:
-    if "gpu_start" not in steps.columns or steps["gpu_start"].is_null().all():
+    if steps["gpu_start"].is_null().all():
         return None
     ran = steps.filter(pl.col("gpu_start").is_not_null()).sort("lane", "start")
     gap = pl.col("gpu_start") - pl.col("gpu_end").shift(1).over("lane")
@@ -137,14 +146,35 @@ def _tbt_section(steps: pl.DataFrame) -> dict:
     }
 
 
+def _clock_section(steps: pl.DataFrame) -> dict:
+    """Which clock timed the steps, in fields and in words: the GPU when most steps that launched GPU work
+    outlasted their range on it, else the CPU ranges."""
+    with_gpu = int(steps["gpu_span"].is_not_null().sum())
+    by_gpu = int(steps["by_gpu"].sum())
+    previous_done = pl.col("done").shift(1).over("lane")
+    overlapped = int(steps.sort("lane", "start").select((pl.col("start") < previous_done).sum()).item() or 0)
+    clock = "gpu" if with_gpu and 2 * by_gpu > with_gpu else "cpu"
+    if not with_gpu:
+        note = "timed by CPU ranges: no GPU work was launched from the steps"
+    elif steps["name"].eq("gpu burst").all():
+        note = "timed by GPU work: the steps are bursts of GPU work (no CPU ranges)"
+    elif clock == "gpu":
+        note = (f"timed by GPU work: CPU ranges close before the GPU finishes (async engine); "
+                f"steps longer on the GPU than their range: {by_gpu} of {with_gpu}")
+    else:
+        note = "timed by CPU ranges: the engine synchronises, the GPU work ends inside each range"
+        note += f"; steps longer on the GPU than their range, timed by it: {by_gpu} of {with_gpu}" if by_gpu else ""
+    return {"clock": clock, "clock_note": note, "steps_timed_by_gpu": by_gpu, "steps_with_gpu_work": with_gpu,
+            "overlapped_steps": overlapped}
+
+
 def _segments(steps: pl.DataFrame) -> list[Segment]:
     """One timeline segment per non-idle step: on its GPU (its launched work) when it launched any, else on
     stage 0 (its CPU span)."""
-    has_gpu = "gpu_start" in steps.columns
     rows = steps.filter(pl.col("cls") != "idle").iter_rows(named=True)
-    return [Segment(stage=int(r["device"]) if has_gpu and r["device"] is not None else 0,
-                    start_ns=r["gpu_start"] if has_gpu and r["gpu_start"] is not None else r["start"],
-                    end_ns=r["gpu_end"] if has_gpu and r["gpu_end"] is not None else r["end"],
+    return [Segment(stage=int(r["device"]) if r.get("device") is not None else 0,
+                    start_ns=r["gpu_start"] if r["gpu_start"] is not None else r["start"],
+                    end_ns=r["gpu_end"] if r["gpu_end"] is not None else r["end"],
                     phase=r["cls"], step=r["step"], lane=r["lane"]) for r in rows]
 
 
@@ -154,7 +184,7 @@ def _source(steps: pl.DataFrame) -> str:
 
 def summarize(steps: pl.DataFrame, tbt_slo_ms: float | None = None) -> Interference:
     """The report section for steps from ``find_steps`` (with ``attach_gpu`` columns where available)."""
-    steps = steps.with_columns(dur=pl.col("end") - pl.col("start"))
+    steps = timed(steps)
     decode_med = _median(steps.filter(pl.col("cls") == "decode"), "dur")
     busy = steps.filter(pl.col("cls") != "idle")["dur"]
     fit = _fit(steps)
@@ -176,6 +206,7 @@ def summarize(steps: pl.DataFrame, tbt_slo_ms: float | None = None) -> Interfere
         host_gap_ns={"p50": gaps.median(), "p99": gaps.quantile(0.99)} if gaps.len() else None,
         gpu_idle_between_steps_ns=_gpu_idle(steps),
         engine_threads=steps["lane"].n_unique(),
+        **_clock_section(steps),
     )
 
 
@@ -187,4 +218,4 @@ def interference(spans: pl.DataFrame, *, step_regex: str | None = None,
     steps = attach_gpu(steps, spans) if steps.height or step_regex else infer_steps(spans)
     if steps.is_empty():
         return None, []
-    return summarize(steps, tbt_slo_ms), _segments(steps)
+    return summarize(steps, tbt_slo_ms), _segments(timed(steps))

@@ -13,6 +13,9 @@ prompts eagerly), runs decode-named attention or sits in a decode frame; prefill
 (varlen / prefill / context kernels) or sits in an extend frame; mixed when both; steps with neither sign are
 dropped. Traces with backward kernels are training, not serving, and yield no steps; so do GPU bursts with no
 decode among them (forward-only work that need not be an engine).
+
+Steps from frames are timed as labelled steps are (``steps_llm.timed``: the longer of the frame and its GPU
+work); a burst is its GPU work, so it is timed by it.
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ GPU_GAP_NS = 200_000  # host time between engine steps; kernels of one step foll
 
 
 def _launched(spans: pl.DataFrame) -> pl.DataFrame:
-    """GPU work with the thread lane, start and name of the runtime call that launched it (null if none)."""
+    """GPU work with the thread lane, start and name of the runtime call that launched it (null if none); each
+    GPU span once. A CUDA graph's kernels all carry their ``cudaGraphLaunch``'s correlation id."""
     gpu = spans.filter(pl.col("kind").is_in(GPU_WORK), pl.col("device").is_not_null())
     calls = spans.filter(pl.col("kind") == "runtime", pl.col("correlation").is_not_null()).select(
-        "source", "correlation", at_lane="lane", at="start", call="name")
-    return gpu.join(calls, on=["source", "correlation"], how="left")
+        "source", "correlation", at_lane="lane", at="start", call="name", at_pid="pid")
+    joined = gpu.join(calls, on=["source", "correlation"], how="left").filter(
+        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid")))
+    return joined.unique(["source", "lane", "stream", "start", "end", "name", "correlation"], keep="first",
+                         maintain_order=True)
 
 
 def _signs(frame: pl.DataFrame) -> pl.DataFrame:

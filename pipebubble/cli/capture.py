@@ -18,6 +18,8 @@ EXAMPLES = """Examples:
   pipebubble capture --workload pipeline --schedule 1f1b --stages 4 --microbatches 8 --out traces/1f1b
 
   pipebubble capture --workload serve --chunked-prefill 256 --out traces/serve --analyze
+
+  pipebubble capture --workload serve --async --device cuda --out traces/serve_async
 """
 
 HELP = """Profile an unmodified `python script.py`, `python -m pkg` or `torchrun ...` job (one trace per rank,
@@ -56,6 +58,9 @@ def capture(
     requests: Annotated[int, Opt(help="serve: requests to serve.")] = 32,
     arrival_rate: Annotated[float, Opt(help="serve: new requests per engine step (0.25: one every 4 steps); "
                                        "counted in steps, not seconds, so every run schedules alike.")] = 0.25,
+    async_steps: Annotated[bool, Opt("--async", help="serve: launch each step without waiting for it and read "
+                                     "its tokens back after the next is launched (vLLM V1 async scheduling); "
+                                     "on a GPU the step ranges close before their kernels run.")] = False,
 ) -> None:
     from pipebubble.capture import CaptureOptions
     from pipebubble.capture import capture as run_capture
@@ -70,7 +75,7 @@ def capture(
         if command:
             raise CaptureError("give either --workload or a command after `--`, not both")
         settings = WorkloadSettings(schedule, stages, microbatches, imbalance, hidden, layers, device,
-                                    chunked_prefill, requests, arrival_rate)
+                                    chunked_prefill, requests, arrival_rate, async_steps)
         command, about, options = workload_command(workload, settings, options)
     result = run_capture(command, options, about)
     for warning in result.warnings:

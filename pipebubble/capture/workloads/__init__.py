@@ -28,6 +28,7 @@ class WorkloadSettings:
     chunked_prefill: int = 0  # token budget per step; 0 = off (whole prompts, prefill-only steps)
     requests: int = 32
     arrival_rate: float = 0.25  # new requests per engine step (deterministic, not per second)
+    async_steps: bool = False  # serve: launch each step without waiting for it (vLLM V1 async scheduling)
 
 
 def workload_command(name: str, settings: WorkloadSettings,
@@ -41,6 +42,8 @@ def workload_command(name: str, settings: WorkloadSettings,
 
 
 def _pipeline(s: WorkloadSettings, options: CaptureOptions):
+    if s.async_steps:
+        raise CaptureError("--async applies to --workload serve only")
     if s.schedule not in SCHEDULES:
         raise CaptureError(f"--schedule must be one of {', '.join(SCHEDULES)}, not {s.schedule!r}")
     if s.stages < 1 or s.microbatches < 1 or s.imbalance < 1 or s.hidden < 1 or s.layers < 1:
@@ -62,9 +65,9 @@ def _serve(s: WorkloadSettings, options: CaptureOptions):
     _check_device(s.device)
     command = [sys.executable, "-m", "pipebubble.capture.workloads.serve", "--requests", str(s.requests),
                "--arrival-rate", str(s.arrival_rate), "--chunked-prefill", str(s.chunked_prefill),
-               "--device", s.device]
+               "--device", s.device, *(["--async"] if s.async_steps else [])]
     about = {"name": "serve", "requests": s.requests, "arrival_rate": s.arrival_rate,
-             "chunked_prefill": s.chunked_prefill, "device": s.device}
+             "chunked_prefill": s.chunked_prefill, "device": s.device, "async": s.async_steps}
     # A server has no optimizer steps to count: profile the whole run.
     return command, about, replace(options, mode="run")
 

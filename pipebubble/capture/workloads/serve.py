@@ -10,6 +10,13 @@ Without --chunked-prefill, waiting prompts are prefilled whole in steps of their
 requests wait (vLLM's default before chunked prefill). With it, every step has a token budget: decodes
 first, then prompt chunks fill what is left (SARATHI), so prefill and decode share steps.
 
+With --async the engine schedules as vLLM V1 does with async scheduling: a step's range only launches its
+work, every token stays on the device (the next step's decodes read their input tokens there), and the tokens
+of step n are read back, through a non-blocking copy and an event, after step n+1 has been launched. On a GPU
+the ranges then close before their kernels run and each range opens while the previous step's kernels still
+execute; on CPU every operator runs inside the range that calls it, so the ranges still hold their work.
+Either way the steps scheduled, and the tokens served, are the same as without it.
+
 Arrivals are counted in engine steps, not seconds: request i joins the queue before step ⌊i / rate⌋, so
 every run of the same settings schedules the same steps whatever the machine's speed. The model is kept
 to few operators per step so that a profile of a whole run stays small.
@@ -20,7 +27,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +46,7 @@ class Request:
     prefilled: int = 0
     generated: int = 0
     last_token: int = 0
+    output: list[int] = field(default_factory=list)
 
     @property
     def decoding(self) -> bool:
@@ -52,6 +60,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="new requests per engine step (0.25: one every 4 steps); deterministic")
     parser.add_argument("--chunked-prefill", type=int, default=0, help="token budget per step; 0 = off")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--async", dest="async_steps", action="store_true",
+                        help="launch each step without waiting for it; read its tokens back after the next")
+    parser.add_argument("--print-tokens", action="store_true", help="print every request's generated tokens")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -66,10 +77,12 @@ class Model:
     """A parallel-block decoder (attention and MLP read one shared layer norm, as in GPT-J and PaLM) with
     bias-free weights applied by plain matrix products: few profiler events per step."""
 
-    def __init__(self, device, slots: int):
+    def __init__(self, device, slots: int, non_blocking: bool = False):
         import torch
 
         self.torch, self.device = torch, device
+        # Pinned host buffers copied without blocking the host: what an async engine does on a GPU.
+        self.non_blocking = non_blocking and device.type == "cuda"
         gen = torch.Generator().manual_seed(0)
 
         def weight(*shape):
@@ -83,19 +96,31 @@ class Model:
 
     def tensor(self, array: np.ndarray):
         t = self.torch.from_numpy(array)
-        return t if self.device.type == "cpu" else t.to(self.device)
+        if self.device.type == "cpu":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True) if self.non_blocking else t.to(self.device)
 
-    def forward(self, tokens, decodes, prefills) -> list[int]:
-        """Next token of every decode and of every prompt chunk; `decodes` are (slot, position) pairs,
-        `prefills` (slot, first position, tokens), in the order their tokens appear in `tokens`."""
+    def forward(self, tokens, decodes, prefills):
+        """Next token (a device tensor) of every decode and of every prompt chunk; `tokens` are the input ids
+        (a list, or a device tensor), `decodes` (slot, position) pairs, `prefills` (slot, first position,
+        tokens), in the order their tokens appear in `tokens`."""
         slot = np.array([s for s, _ in decodes] + [s for s, _, n in prefills for _ in range(n)])
         pos = np.array([p for _, p in decodes] + [p for _, start, n in prefills for p in range(start, start + n)])
         at = self.tensor(slot * MAX_LEN + pos)
-        x = self.embed[self.tensor(np.array(tokens))]
+        x = self.embed[tokens if isinstance(tokens, self.torch.Tensor) else self.tensor(np.array(tokens))]
         for weights, cache in zip(self.layers, self.caches, strict=True):
             x = self.layer(x, weights, cache, at, decodes, prefills)
         ends = np.cumsum([1] * len(decodes) + [n for _, _, n in prefills]) - 1
-        return self.torch.mm(x[self.tensor(ends)], self.head).argmax(-1).tolist()  # no final norm: fewer events
+        return self.torch.mm(x[self.tensor(ends)], self.head).argmax(-1)  # no final norm: fewer events
+
+    def to_host(self, values):
+        """A non-blocking copy of `values` to the host and the event that marks it done (None on CPU)."""
+        if self.device.type == "cpu":
+            return values, None
+        host = values.to("cpu", non_blocking=True)
+        event = self.torch.cuda.Event()
+        event.record()
+        return host, event
 
     def layer(self, x, weights, cache, at, decodes, prefills):
         mm, f = self.torch.mm, self.torch.nn.functional
@@ -139,8 +164,12 @@ class Model:
 class Engine:
     def __init__(self, args, requests, device):
         self.chunk = args.chunked_prefill
-        self.model = Model(device, len(requests))
+        self.async_steps = args.async_steps
+        self.model = Model(device, len(requests), non_blocking=args.async_steps)
         self.pending, self.running = list(requests), []
+        self.in_flight = None  # --async: (host tokens, event, [(index, request)]) of the step last launched
+        if self.async_steps:
+            self.last_tokens = self.model.torch.zeros(len(requests), dtype=self.model.torch.long, device=device)
 
     def schedule(self) -> list[tuple[Request, int]]:
         """(request, tokens this step) for one step."""
@@ -171,18 +200,56 @@ class Engine:
         prefills = [(r, n) for r, n in scheduled if not r.decoding]
         label = (f"execute_context_{len(prefills)}({sum(n for _, n in prefills)})"
                  f"_generation_{len(decodes)}({len(decodes)})")
+        positions = [(r.slot, len(r.prompt) + r.generated - 1) for r in decodes]
+        chunks = [(r.slot, r.prefilled, n) for r, n in prefills]
         with record_function(label), self.model.torch.inference_mode():
-            tokens = [r.last_token for r in decodes] + [t for r, n in prefills
-                                                        for t in r.prompt[r.prefilled:r.prefilled + n]]
-            next_tokens = self.model.forward(  # tolist() at the end waits for the device
-                tokens, [(r.slot, len(r.prompt) + r.generated - 1) for r in decodes],
-                [(r.slot, r.prefilled, n) for r, n in prefills])
+            if self.async_steps:
+                self.in_flight, previous = self.launch(decodes, prefills, positions, chunks), self.in_flight
+            else:
+                tokens = [r.last_token for r in decodes] + [t for r, n in prefills
+                                                            for t in r.prompt[r.prefilled:r.prefilled + n]]
+                # tolist() at the end waits for the device
+                next_tokens = self.model.forward(tokens, positions, chunks).tolist()
         for r, n in prefills:
             r.prefilled += n
-        for r, token in zip(decodes + [r for r, _ in prefills], next_tokens, strict=True):
+        for i, r in enumerate(decodes + [r for r, _ in prefills]):
             if r.decoding:  # a finished prompt yields its first token too
-                r.generated, r.last_token = r.generated + 1, token
+                r.generated += 1
+                if not self.async_steps:
+                    r.last_token = next_tokens[i]
+                    r.output.append(r.last_token)
+        if self.async_steps:
+            self.read_back(previous)
         self.running = [r for r in self.running if r.generated < r.max_new]
+
+    def launch(self, decodes, prefills, positions, chunks):
+        """--async: the step's work, launched: input tokens gathered on the device, next tokens written back
+        there for the next step and copied to the host without waiting."""
+        torch, model = self.model.torch, self.model
+        parts = [self.last_tokens[model.tensor(np.array([r.slot for r in decodes]))]] if decodes else []
+        prompt = [t for r, n in prefills for t in r.prompt[r.prefilled:r.prefilled + n]]
+        parts += [model.tensor(np.array(prompt))] if prompt else []
+        next_tokens = model.forward(parts[0] if len(parts) == 1 else torch.cat(parts), positions, chunks)
+        owners = [(i, r) for i, r in enumerate(decodes)]
+        owners += [(len(decodes) + i, r) for i, (r, n) in enumerate(prefills) if r.prefilled + n == len(r.prompt)]
+        if owners:  # (a prompt chunk that does not finish its prompt yields no token)
+            index = model.tensor(np.array([i for i, _ in owners]))
+            slots = model.tensor(np.array([r.slot for _, r in owners]))
+            self.last_tokens.index_copy_(0, slots, next_tokens[index])
+        return (*model.to_host(next_tokens), owners)
+
+    @staticmethod
+    def read_back(in_flight) -> None:
+        """--async: the tokens of a step launched before, once its copy is done (waits for that step only)."""
+        if in_flight is None:
+            return
+        host, event, owners = in_flight
+        if event is not None:
+            event.synchronize()
+        values = host.tolist()
+        for i, r in owners:
+            r.last_token = values[i]
+            r.output.append(r.last_token)
 
     def run(self) -> int:
         """Serve every request; the step counter jumps ahead when nothing is running."""
@@ -194,6 +261,7 @@ class Engine:
                 self.running.append(self.pending.pop(0))
             self.step(self.schedule())
             steps += 1
+        self.read_back(self.in_flight)
         return steps
 
 
@@ -207,6 +275,9 @@ def main(argv: list[str]) -> int:
     engine = Engine(args, requests, torch.device(args.device))
     steps = engine.run()
     print(f"served {len(requests)} requests in {steps} steps")
+    if args.print_tokens:
+        for r in requests:
+            print(r.slot, *r.output)
     return 0
 
 
