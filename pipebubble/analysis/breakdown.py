@@ -171,9 +171,10 @@ def _unions(gpu: pl.DataFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> tup
     merged["all"] = _union_of(merged["busy"], merged["memory"])
     out = None
     for name, intervals in merged.items():
-        intervals = intervals.join(owners, on="lane")
-        whole = intervals.with_columns(step=pl.lit(None, pl.Int64))
-        pieces = pl.concat([whole, _by_step(intervals, steps).select(whole.columns)])
+        pieces = intervals.select("lane", "start", "end").with_columns(step=pl.lit(None, pl.Int64))
+        if steps.height:
+            stepped = _by_step(intervals.join(owners, on="lane"), steps)
+            pieces = pl.concat([pieces, stepped.select(pieces.columns)])
         length = pieces.group_by(KEYS).agg((pl.col("end") - pl.col("start")).sum().alias(name))
         out = length if out is None else out.join(length, on=KEYS, how="full", coalesce=True, nulls_equal=True)
     return out.with_columns(pl.col(name).fill_null(0) for name in merged), merged["all"].join(owners, on="lane")
