@@ -177,3 +177,20 @@ def test_serve_async_reads_tokens_back_one_step_late(tmp_path):
     plain, deferred = served(), served("--async")
     assert re.search(r"served 4 requests in \d+ steps", plain)
     assert plain == deferred
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_every_document_names_the_clock_and_shows_both_parts(tmp_path, fmt):
+    """The text, Markdown and HTML reports say which clock timed the steps and show the CPU, GPU and lag
+    parts beside the step time (async engine: timed by GPU work)."""
+    from pipebubble.render import render
+
+    path = shapes.write_kineto(tmp_path / "vllm_async.json", shapes.async_vllm())
+    report = run([path], Options(), Scale(use_cache=False, workers=1))
+    text = render(report, fmt, width=160)
+    assert "timed by GPU work: CPU ranges close before the GPU finishes (async engine)" in text
+    for head in ("cpu p50", "gpu p50", "lag p50"):
+        assert head in text
+    sync = run([shapes.write_kineto(tmp_path / "vllm_sync.json", shapes.synchronising_vllm(), sync=True)],
+               Options(), Scale(use_cache=False, workers=1))
+    assert "timed by CPU ranges: the engine synchronises" in render(sync, "text", width=160)

@@ -164,7 +164,13 @@ def interference_facts(report: Report) -> list[str]:
         counts = ", ".join(f"{c.name} {c.steps}" for c in it.classes)
         facts.append(f"steps: {'-' if it.steps is None else it.steps} ({counts})"
                      + (f", from {it.source}" if it.source is not None else ""))
+    if it.clock_note is not None:
+        facts.append(f"step time: {it.clock_note}")
+    if it.overlapped_steps:
+        facts.append(f"steps launched while the previous step still ran: {it.overlapped_steps} "
+                     "(time between tokens is completion to completion)")
     simple = [(it.decode_slowdown_when_mixed, "decode slowdown when mixed with prefill", "x"),
+              (it.decode_slowdown_when_prefill, "decode slowdown behind prefill (time between tokens)", "x"),
               (it.generation_stalls, "generation stalls", ""),
               (ms4(it.ns_per_1k_prefill_tokens), "ms per 1k prefill tokens", ""),
               (it.chunk_for_slo_tokens, "prefill chunk that meets the TBT SLO", " tokens"),
@@ -177,12 +183,21 @@ def interference_facts(report: Report) -> list[str]:
     return facts
 
 
+#: A step's two clocks and the lag between them, shown when some step launched GPU work.
+_STEP_PARTS = (("cpu p50", "cpu_ns"), ("gpu p50", "gpu_ns"), ("lag p50", "lag_ns"))
+
+
 def step_table(report: Report) -> Table:
+    """Step time (max of its CPU range and its GPU work) by class, with the p50 of each part."""
     classes = report.interference.classes if report.interference else []
-    step_ns = {c.name: c.durations_ns for c in classes if c.durations_ns is not None}
-    qs = sorted({q for v in step_ns.values() for q in v})
-    rows = [[cls] + [num(ms4(v.get(q))) for q in qs] for cls, v in step_ns.items()]
-    return Table("Step time by class (ms)", ["class", *qs], rows, frozenset(range(1, len(qs) + 1)))
+    ran = [c for c in classes if c.durations_ns is not None]
+    qs = sorted({q for c in ran for q in c.durations_ns})
+    parts = [(head, attr) for head, attr in _STEP_PARTS if any(c.gpu_ns for c in ran)]
+    rows = [[c.name] + [num(ms4(c.durations_ns.get(q))) for q in qs]
+            + [num(ms4((getattr(c, attr) or {}).get("p50"))) for _, attr in parts] for c in ran]
+    heads = ["class", *qs, *(head for head, _ in parts)]
+    return Table("Step time by class (ms; max of the CPU range and its GPU work)", heads, rows,
+                 frozenset(range(1, len(heads))))
 
 
 def episode_table(report: Report, origin_ns: int) -> Table:
