@@ -8,8 +8,10 @@ files, the map/reduce to map them. ``pool`` also decodes the blocks of one big f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
@@ -17,9 +19,6 @@ from typing import Any
 
 from pipebubble.errors import PipebubbleError
 from pipebubble.options import EXECUTORS, Scale
-
-#: Below this many bytes in all, starting worker processes costs more than it saves.
-PARALLEL_BYTES = 16 << 20
 
 Job = tuple[str, int]
 OnDone = Callable[[str], None] | None
@@ -35,32 +34,77 @@ def each(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, **
 
 
 def local(jobs: list[Job], fn: Callable, workers: int | None, on_done: OnDone = None) -> list:
-    """In this process one file at a time (a lone big file gets all cores for its blocks: ``fn`` is called
-    with ``workers=``), or one file per process in a pool when there are several files and enough bytes
-    to be worth the processes' start-up."""
+    """A lone file in this process, its blocks decoded on all cores (``fn`` is called with ``workers=``).
+    Several files: this process maps them too, from the smallest, while a pool of the other cores' workers
+    takes them from the biggest (scheduled by bytes), so the workers' start-up never delays the first
+    results and a small folder costs no more than one process would."""
     cores = workers or os.cpu_count() or 1
-    if len(jobs) == 1 or cores <= 1 or sum(_size(Path(p)) for p, _ in jobs) < PARALLEL_BYTES:
+    if len(jobs) == 1 or cores <= 1:
         out = []
         for path, i in jobs:
             out.append(fn(path, i, workers=cores if len(jobs) == 1 else 1))
             if on_done:
                 on_done(path)
         return out
-    with pool(min(cores, len(jobs))) as workers_pool:
-        futures = [workers_pool.submit(fn, path, i) for path, i in jobs]
-        out = []
-        for (path, _), future in zip(jobs, futures, strict=True):
-            out.append(future.result())
-            if on_done:
-                on_done(path)
-        return out
+    return _shared(jobs, fn, min(cores - 1, len(jobs) - 1), on_done)
 
 
-def pool(workers: int) -> ProcessPoolExecutor:
-    """A pool of freshly spawned processes (never forked: polars' threads do not survive a fork)."""
+def _shared(jobs: list[Job], fn: Callable, workers: int, on_done: OnDone) -> list:
+    """Jobs split between this process and ``workers`` pool processes, results in job order."""
+    order = sorted(range(len(jobs)), key=lambda k: _size(Path(jobs[k][0])), reverse=True)
+    pending = deque(order)  # biggest first for the pool, smallest (from the right) for this process
+    results: dict[int, Any] = {}
+    inflight: dict[Future, int] = {}
+
+    def finish(k: int, value: Any) -> None:
+        results[k] = value
+        if on_done:
+            on_done(jobs[k][0])
+
+    with pool(workers) as workers_pool:
+        try:
+            while pending or inflight:
+                while pending and len(inflight) < 2 * workers:  # two each, so none waits for its next job
+                    k = pending.popleft()
+                    inflight[workers_pool.submit(fn, jobs[k][0], jobs[k][1], workers=1)] = k
+                for future in [f for f in inflight if f.done()]:
+                    finish(inflight.pop(future), future.result())
+                if pending:
+                    k = pending.pop()
+                    finish(k, fn(jobs[k][0], jobs[k][1], workers=1))
+                elif inflight:
+                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        finish(inflight.pop(future), future.result())
+        except BaseException:
+            for future in inflight:
+                future.cancel()
+            raise
+    return [results[k] for k in range(len(jobs))]
+
+
+@contextmanager
+def pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of freshly spawned processes (never forked: polars' threads do not survive a fork). When it
+    closes, its workers are joined and multiprocessing's resource tracker is stopped too, so no process of
+    ours outlives the command."""
     from pipebubble import _worker
 
-    return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker.init)
+    executor = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker.init)
+    try:
+        yield executor
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+        _stop_resource_tracker()
+
+
+def _stop_resource_tracker() -> None:
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker._resource_tracker._stop()  # noqa: SLF001 - no public way to stop it
+    except Exception:  # noqa: BLE001 - a tracker that is not running, or another Python's: nothing to stop
+        pass
 
 
 def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, **kwargs: Any) -> list:

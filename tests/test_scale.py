@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from synth import simulate, write_pipeline
 
-from pipebubble import executor, ingest
+from pipebubble import ingest
 from pipebubble.mapreduce import decode, encode, map_spans
 from pipebubble.options import Options, Scale
 from pipebubble.run import run
@@ -27,10 +27,9 @@ def test_part_survives_its_bytes(folder):
     assert again.file.skipped == part.file.skipped and again.file.meta == part.file.meta
 
 
-def test_local_pool_matches_in_process(folder, monkeypatch):
+def test_local_pool_matches_in_process(folder):
     serial = run([folder], Options(), Scale(workers=1, use_cache=False)).to_dict()
-    monkeypatch.setattr(executor, "PARALLEL_BYTES", 0)
-    pooled = run([folder], Options(), Scale(workers=2, use_cache=False)).to_dict()
+    pooled = run([folder], Options(), Scale(workers=2, use_cache=False)).to_dict()  # this process and one worker
     assert pooled == serial
     assert serial["pipeline"]["stages"] == 6 and serial["pipeline"]["microbatches"] == 12
 

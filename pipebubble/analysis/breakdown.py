@@ -169,15 +169,18 @@ def _unions(gpu: pl.DataFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> tup
     }
     merged["busy"] = _union_of(merged["compute"], merged["comm"])
     merged["all"] = _union_of(merged["busy"], merged["memory"])
-    out = None
-    for name, intervals in merged.items():
-        pieces = intervals.select("lane", "start", "end").with_columns(step=pl.lit(None, pl.Int64))
-        if steps.height:
-            stepped = _by_step(intervals.join(owners, on="lane"), steps)
-            pieces = pl.concat([pieces, stepped.select(pieces.columns)])
-        length = pieces.group_by(KEYS).agg((pl.col("end") - pl.col("start")).sum().alias(name))
-        out = length if out is None else out.join(length, on=KEYS, how="full", coalesce=True, nulls_equal=True)
-    return out.with_columns(pl.col(name).fill_null(0) for name in merged), merged["all"].join(owners, on="lane")
+    # One table of every union's intervals, tagged by union: one group-by (and one cut to the steps).
+    tagged = pl.concat([m.select("lane", "start", "end", union=pl.lit(name)) for name, m in merged.items()])
+    pieces = tagged.with_columns(step=pl.lit(None, pl.Int64))
+    if steps.height:
+        stepped = _by_step(tagged.join(owners, on="lane"), steps)
+        pieces = pl.concat([pieces, stepped.select(pieces.columns)])
+    lengths = pieces.group_by(*KEYS, "union").agg(ns=(pl.col("end") - pl.col("start")).sum())
+    wide = lengths.pivot(on="union", index=KEYS, values="ns")
+    wide = wide.with_columns(
+        (pl.col(name).fill_null(0) if name in wide.columns else pl.lit(0, pl.Int64)).alias(name) for name in merged
+    )
+    return wide, merged["all"].join(owners, on="lane")
 
 
 def _union_of(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:

@@ -86,8 +86,12 @@ def reduce_stages(
     else the section is empty but for a note saying why. One stage that its labels or process group say
     is a pipeline stage (one rank of a bigger job) gets its stage row and waits, and no pipeline summary."""
     parts = [p for p in parts if p is not None]
-    if not parts:
-        return PipelineSection()
+    bare = [p for p in parts if p.facts.get("no_evidence")]
+    parts = [p for p in parts if not p.facts.get("no_evidence")]
+    if not parts:  # no file holds evidence of a pipeline: say so when they hold several stages
+        names = {n for p in bare for n in p.names}
+        unit = "ranks" if all(n.startswith("rank") for n in names) else "GPUs"
+        return PipelineSection(notes=[not_a_pipeline(len(names), unit)] if len(names) >= 2 else [])
     names, work, host, facts = combine(parts)
     p = len(names)
     found = pipeline_evidence(parts, p2p or {}, options.stages)

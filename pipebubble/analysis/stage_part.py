@@ -38,9 +38,12 @@ def stage_part(
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
     is ``alone`` (the whole job) and holds a single stage that is not known to be one stage of a pipeline
     (by micro-batch labels or its pipeline process group): no pipeline, so no work to label."""
-    explicit = options.stages.rules or options.stages.stage_by
-    if alone and not explicit and one_stage(spans) and not _one_stage_of_many(spans, options, groups):
+    explicit = options.stages.rules or options.stages.stage_by or options.stages.pp_size
+    labelled = explicit or _one_stage_of_many(spans, options, groups)
+    if alone and not explicit and one_stage(spans) and not labelled:
         return None
+    if not labelled and not _sends_or_receives(spans):
+        return _unlabelled(spans, options, world, groups)
     mapped = assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()
     if stages.is_empty():
@@ -50,6 +53,36 @@ def stage_part(
         pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK)
     )
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
+
+
+#: Point-to-point calls by name (a superset of the evidence ``collectives`` counts: there, those inside a
+#: collective do not count).
+P2P_NAMES = r"(?i)(^|[:_])i?(send|recv)\b|^(c10d::)?(send|recv_)|ncclSend|ncclRecv|^PP:\d+(SEND|RECV)_"
+
+
+def _sends_or_receives(spans: pl.DataFrame) -> bool:
+    ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
+    return bool(ranges.select(pl.col("name").str.contains(P2P_NAMES).any()).item())
+
+
+def _unlabelled(spans: pl.DataFrame, options: PipelineOptions, world: int | None, groups: list | None) -> StagePart:
+    """A file that holds no pipeline evidence of its own (no labels, no pipeline group, no send or receive):
+    its stages' names only, so the reduce can say how many ranks are not a pipeline, without the cost of
+    labelling work no pipeline will use."""
+    mapped = assign(_keys_frame(spans), options.stages, world, groups)
+    work = pl.DataFrame(schema=_WORK_SCHEMA)
+    host = pl.DataFrame(schema={"stage": pl.Int32, "kind": spans.schema["kind"], "start": pl.Int64, "end": pl.Int64})
+    facts = {"pattern": None, "inferred": False, "mode": "cpu", "no_evidence": True}
+    return StagePart(mapped.names, mapped.order, work, host, facts, mapped.pipeline)
+
+
+_WORK_SCHEMA = {"stage": pl.Int32, "lane": pl.String, "role": pl.String, "start": pl.Int64, "end": pl.Int64,
+                "phase": pl.String, "microbatch": pl.Int32, "chunk": pl.Int32, "step": pl.Int32}
+
+
+def _keys_frame(spans: pl.DataFrame) -> pl.DataFrame:
+    """One span per distinct (rank, process, device, stream, lane): enough to name the stages."""
+    return spans.unique(["rank", "pid", "device", "stream", "lane"], keep="first")
 
 
 def _one_stage_of_many(spans: pl.DataFrame, options: PipelineOptions, groups: list | None) -> bool:

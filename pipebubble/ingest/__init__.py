@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,12 +93,9 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     result = cache.get(path, entry_key) if use_cache else None
     if result is None:
         reader = readers.reader_for(path)
-        pool = _pool(workers) if workers > 1 and reader.splits(path) else None  # the blocks of one big file
-        try:
+        split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
+        with _pool(workers) if split else nullcontext() as pool:
             result = _read_somewhere(reader, path, position, pool, entry_key)
-        finally:
-            if pool is not None:
-                pool.shutdown()
         if use_cache and entry_key is not None and cache.key(path) == entry_key:  # unchanged while read
             cache.put(path, result, entry_key)
     fresh = cache.warnings()[seen:]
@@ -161,7 +159,7 @@ def spans_of(result: FileResult):
     return pl.read_parquet(Path(spill) / "*.parquet") if spill else result.spans
 
 
-def _pool(workers: int) -> Executor:
+def _pool(workers: int) -> AbstractContextManager[Executor]:
     from pipebubble import executor
 
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it

@@ -1,0 +1,67 @@
+"""Run a command and measure the whole process tree: wall seconds, CPU seconds of the tree, and the peak of
+the tree's summed resident memory (a pool's workers included, not only the largest process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measured:
+    wall_s: float
+    cpu_s: float
+    peak_tree_rss: int  # bytes: the largest sum of RSS over the process group seen while it ran
+    leftover: int  # processes still in the group when the command exited
+
+
+def _group_rss(pgid: int) -> tuple[int, int]:
+    total, count = 0, 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # field 5 of stat: the process group
+                continue
+            with open(f"/proc/{entry}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            count += 1
+        except (OSError, IndexError, ValueError):
+            continue
+    return total, count
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> Measured:
+    """``cmd`` in its own process group, sampled every ``interval`` seconds."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _group_rss(proc.pid)[0])
+            time.sleep(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    leftover = _group_rss(proc.pid)[1]
+    if leftover:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return Measured(wall, usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss * 1024), leftover)

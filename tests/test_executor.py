@@ -1,0 +1,75 @@
+"""The local executor: several files are shared between this process and a pool, results in job order, every
+job reported done once, errors raised as they are, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipebubble import executor
+from pipebubble.errors import TraceFormatError
+from pipebubble.options import Scale
+
+
+def where(path: str, position: int, workers: int = 1) -> tuple[str, int, int, int]:
+    """A job that says which process ran it (and that it was given one worker)."""
+    return path, position, os.getpid(), workers
+
+
+def fails_on_three(path: str, position: int, workers: int = 1) -> int:
+    if position == 3:
+        raise TraceFormatError(path, "bad trace")
+    return position
+
+
+@pytest.fixture
+def jobs(tmp_path) -> list[tuple[str, int]]:
+    out = []
+    for i in range(9):
+        path = tmp_path / f"rank{i}.json"
+        path.write_bytes(b"x" * (100 * (i + 1)))
+        out.append((str(path), i))
+    return out
+
+
+def test_results_come_back_in_job_order_from_this_process_and_the_pool(jobs):
+    done: list[str] = []
+    out = executor.each(jobs, where, Scale(workers=2), done.append)
+    assert [(p, i) for p, i, _, _ in out] == jobs and all(w == 1 for *_, w in out)
+    assert sorted(done) == sorted(p for p, _ in jobs)  # each reported once, in the order they finished
+    pids = {pid for *_, pid, _ in out}
+    assert os.getpid() in pids and len(pids) == 2  # this process mapped some, the one worker the rest
+
+
+def test_one_core_or_one_file_runs_here(jobs):
+    assert {pid for *_, pid, _ in executor.each(jobs, where, Scale(workers=1))} == {os.getpid()}
+    (lone,) = executor.each(jobs[:1], where, Scale(workers=4))
+    assert lone[2] == os.getpid() and lone[3] == 4  # a lone file gets every core for its blocks
+
+
+def test_an_error_in_any_job_is_raised_as_it_is(jobs):
+    with pytest.raises(TraceFormatError, match="bad trace"):
+        executor.each(jobs, fails_on_three, Scale(workers=2))
+
+
+def test_no_process_outlives_a_pooled_run(tmp_path):
+    """The pool's workers are joined and multiprocessing's resource tracker is stopped with it."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from pipebubble import executor
+        from pipebubble.options import Scale
+        from test_executor import where
+        jobs = [({str(tmp_path)!r}, i) for i in range(4)]
+        executor.each(jobs, where, Scale(workers=2))
+        children = [p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{{p}}/stat").read()
+                    .rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+        print(len(children))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
