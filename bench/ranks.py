@@ -50,7 +50,7 @@ def main() -> None:
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache}
-            load = f"import json, sys\nfor f in sys.argv[1:]:\n    json.load(open(f))"
+            load = "import json, sys\nfor f in sys.argv[1:]:\n    json.load(open(f))"
             base = run([py, "-c", load, *files], env)
             mine = run([py, "-m", "pipebubble", "analyze", str(data), "--format", "json", "--no-cache", "-q"], env)
         per_rank[n] = mine.wall_s / n
