@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from pipebubble.errors import ConfigError
-from pipebubble.gates import GATES
+from pipebubble.gates import GATES, parse_threshold, parse_tolerance
 from pipebubble.options import SETTINGS
 
-__all__ = ["Config", "ConfigError", "find", "load", "parse_fraction"]
+__all__ = ["Config", "ConfigError", "find", "load"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ def _parse(path: Path, table: dict[str, Any]) -> Config:
     stages = _keys(table.get("stages", {}))
     _known(path, "stages.", stages, set(SETTINGS))
     try:
-        thresholds = {key: float(value) for key, value in check.items()}
-        tolerance = None if "tolerance" not in diff else parse_fraction(diff["tolerance"])
+        thresholds = {k: parse_threshold(k, v, f"check.{k.replace('_', '-')}") for k, v in check.items()}
+        tolerance = None if "tolerance" not in diff else parse_tolerance(diff["tolerance"], "diff.tolerance")
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return Config(path, thresholds, tolerance, stages)
@@ -104,12 +104,3 @@ def _known(path: Path, prefix: str, table: dict[str, Any], known: set[str]) -> N
     if unknown:
         raise ConfigError(f"{path}: unknown key {prefix}{unknown[0]} (expected one of "
                           f"{', '.join(prefix + k for k in sorted(known))})")
-
-
-def parse_fraction(value: object) -> float:
-    """0.05, "0.05" or "5%" -> 0.05."""
-    text = str(value).strip()
-    try:
-        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise ValueError(f"expected a fraction like 0.05 or 5%, got {value!r}") from None

@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from test_render import fixed_date  # noqa: F401  (autouse: the HTML header's date is fixed)
 
 from pipebubble import render
 from pipebubble.render import formats, sections
@@ -127,8 +128,7 @@ def test_explicit_name_wins_over_suffix_and_default_applies():
 def test_check_diff_and_theory_keep_choosing_by_format_only():
     assert formats.pick("check", None, "gates.xml").name == "text"  # as before: -o only names the file
     assert formats.pick("check", "junit", "gates.log").name == "junit"
-    assert formats.names("check") == ["text", "json", "junit", "github"]
-    assert formats.names("diff") == ["text", "markdown", "json"]
+    assert formats.names("check") == formats.names("diff") == ["text", "json", "junit", "github", "markdown"]
     assert formats.names("theory") == ["text", "json"]
     assert formats.default("diff") == "text" and formats.default("export") is None
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
 
@@ -9,28 +12,27 @@ import typer
 
 from pipebubble.cli import flags
 from pipebubble.cli.output import read_warnings, warn, write_text
+from pipebubble.errors import PipebubbleError
 from pipebubble.options import Options, Scale
-from pipebubble.render import formats
-
-Format = formats.choices("diff")
 
 
 @flags.analysing
 def diff(
     base: Annotated[Path, typer.Argument(help="Baseline: a saved JSON report, a trace file or a folder.")],
     new: Annotated[Path, typer.Argument(help="The run to judge: a saved JSON report, a trace file or a folder.")],
-    tolerance: Annotated[str | None, typer.Option(help="Relative worsening allowed, e.g. 5% or 0.05 "
-                                                  "(default: the diff table of pipebubble.toml, else 5%).")] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="text, markdown (e.g. a PR comment) or "
-                                           "json.")] = Format.text,
+    tolerance: flags.Tolerance = None,
+    strict: flags.Strict = False,
+    format: flags.GateFormatOpt = flags.GateFormat.text,
     output: flags.Output = None,
+    timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
     scale: Scale = Scale(),
 ) -> None:
-    """Per stage (matched by index) busy/fill/drain/idle, bubble, step time, stage-time CV, imbalance, lanes
-    (matched by id) and new or grown waits. Exit 1 naming each metric that worsened by more than the
-    tolerance, 0 otherwise, 2 for bad input.
+    """The pipeline (bubble, step time, CV, imbalance), each stage (by number), lane, GPU, collective wait and
+    top kernel (by rank, device, stream and thread order, never PID), and each wait (by step, stage, cause,
+    neighbours and order). Exit 1 naming each metric that worsened by more than the tolerance of its baseline
+    value, 0 otherwise (improvements are listed too), 2 for bad input. README "CI gates" defines "worse".
 
     Examples:
 
@@ -42,19 +44,21 @@ def diff(
     """
     from pipebubble import config as configuration
     from pipebubble.gates import diff as compare
-    from pipebubble.render.gates import render_diff
+    from pipebubble.render.gates import render_diff, warnings
     from pipebubble.run import run
 
-    cfg = configuration.load(config)
-    try:
-        allowed = configuration.parse_fraction(tolerance) if tolerance is not None else cfg.tolerance
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--tolerance") from None
+    allowed = flags.tolerance(tolerance, configuration.load(config))
+    started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     before, after = run([base], options, scale), run([new], options, scale)
     warn(read_warnings(before, [base]) + read_warnings(after, [new]))
-    result = compare(before.to_dict(), after.to_dict(), 0.05 if allowed is None else allowed)
-    write_text(render_diff(result, format.value), output)
-    if result.regressions:
+    for path, report in ((base, before), (new, after)):
+        if not report.lanes:
+            raise PipebubbleError(f"{path}: nothing to compare: the report has no lanes")
+    result = replace(compare(before.to_dict(), after.to_dict(), allowed, strict), base=str(base), new=str(new),
+                     timestamp=started, seconds=time.monotonic() - clock)
+    warn(warnings(result))
+    write_text(render_diff(result, format.value, timeunit.value), output)
+    if result.failed:
         raise typer.Exit(1)
 
 

@@ -30,11 +30,11 @@ class Options:
     """What a renderer may be asked for; each format reads the fields it understands and ignores the rest.
 
     ``spans``: the span table (Perfetto formats need it). ``width``: columns of text and of the Markdown
-    timeline (None: the terminal's, else 100). ``color``: ANSI styles in text. ``step`` / ``window`` / ``lanes``:
-    zoom the timeline to a step or to (start, end) ns from its origin; one row per lane. ``timeunit``: the unit
-    of the times in text, Markdown, HTML and CSV tables and facts (one of TIME_UNITS; the timeline's axis, the
-    serving section and JSON keep theirs). ``top``: rows of the kernel, runtime API and range tables. ``table``:
-    the table CSV writes (one of CSV_TABLES).
+    timeline (None: ``COLUMNS``, else the terminal's, else PIPED_WIDTH, as when piped). ``color``: ANSI styles
+    in text. ``step`` / ``window`` / ``lanes``: zoom the timeline to a step or to (start, end) ns from its
+    origin; one row per lane. ``timeunit``: the unit of the times in text, Markdown, HTML and CSV tables and
+    facts (one of TIME_UNITS; the timeline's axis, the serving section and JSON keep theirs). ``top``: rows of
+    the kernel, runtime API and range tables. ``table``: the table CSV writes (one of CSV_TABLES).
     """
 
     spans: Any = None
@@ -69,8 +69,11 @@ class Command:
     by_suffix: bool
 
 
+PIPED_WIDTH = 80  # text's columns when neither --width, COLUMNS nor a terminal says
+
+
 def _width(options: Options) -> int:
-    return options.width or shutil.get_terminal_size((100, 24)).columns
+    return options.width or shutil.get_terminal_size((PIPED_WIDTH, 24)).columns
 
 
 def _text(report: Any, o: Options) -> str:
@@ -106,6 +109,8 @@ def _csv(report: Any, o: Options) -> str:
 
 
 def _trace(report: Any, o: Options) -> Any:
+    """The Perfetto trace of the report and the span table (with the ``args``, ``category`` and ``flows``
+    columns of ``perfetto_flows.attach`` when the export read them)."""
     from pipebubble.render import perfetto
 
     if o.spans is None:
@@ -129,14 +134,27 @@ def _chrome_gz(report: Any, o: Options) -> bytes:
     return gzip.compress(_chrome(report, o).encode(), mtime=0)  # mtime 0: the same bytes on every run
 
 
-def _gates(name: str) -> Callable[[Any, Options], str]:
+def _gates(command: str, fmt: str) -> Callable[[Any, Options], str]:
     def render(subject: Any, o: Options) -> str:
         from pipebubble.render import gates
 
-        return getattr(gates, name)(subject)
+        return getattr(gates, f"render_{command}")(subject, fmt, o.timeunit)
 
-    render.__doc__ = f"pipebubble.render.gates.{name}"
+    render.__doc__ = f"pipebubble.render.gates.{command}_{fmt}"
     return render
+
+
+#: check and diff offer the same five formats (``render.gates.FORMATS``), chosen by --format only.
+_GATE_FORMATS = (("text", (".txt",), "the verdict, one line per gate or metric"),
+                 ("json", (".json",), "the verdict as JSON"),
+                 ("junit", (".xml",), "JUnit XML for CI (junit-10)"),
+                 ("github", (), "GitHub Actions annotations"),
+                 ("markdown", (".md", ".markdown"), "GitHub Markdown, passing rows folded"))
+
+
+def _gate_command(command: str) -> Command:
+    return Command(tuple(OutputFormat(name, suffixes, False, _gates(command, name), text)
+                         for name, suffixes, text in _GATE_FORMATS), "text", by_suffix=False)
 
 
 def _theory(name: str) -> Callable[[Any, Options], str]:
@@ -163,14 +181,8 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command((TEXT, JSON, MARKDOWN, HTML, CSV), "text", by_suffix=True),
     "export": Command((PERFETTO, PERFETTO_JSON, PERFETTO_JSON_GZ), None, by_suffix=True),
     # check, diff and theory choose by --format only (their -o never did more than name the file)
-    "check": Command((OutputFormat("text", (".txt",), False, _gates("check_text")),
-                      OutputFormat("json", (".json",), False, _gates("check_json")),
-                      OutputFormat("junit", (".xml",), False, _gates("check_junit"), "JUnit XML for CI"),
-                      OutputFormat("github", (), False, _gates("check_github"), "GitHub Actions annotations")),
-                     "text", by_suffix=False),
-    "diff": Command((OutputFormat("text", (".txt",), False, _gates("diff_text")),
-                     OutputFormat("markdown", (".md", ".markdown"), False, _gates("diff_markdown")),
-                     OutputFormat("json", (".json",), False, _gates("diff_json"))), "text", by_suffix=False),
+    "check": _gate_command("check"),
+    "diff": _gate_command("diff"),
     "theory": Command((OutputFormat("text", (".txt",), False, _theory("text")),
                        OutputFormat("json", (".json",), False, _theory("to_json"))), "text", by_suffix=False),
 }
