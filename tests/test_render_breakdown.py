@@ -5,6 +5,7 @@ wide tables; and the real CLI, piped or with NO_COLOR, on a saved report and on 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -13,7 +14,7 @@ from html.parser import HTMLParser
 
 import pytest
 from test_cli_analyze import SAMPLE, run_cli
-from test_render import ADD, MS, T0, collectives_report, gpipe_report, gpu_time_report
+from test_render import ADD, MS, T0, collectives_report, fixed_date, gpipe_report, gpu_time_report  # noqa: F401
 
 from pipebubble.render import cells, csv_table, formats, gputime, render, sections, terminal
 from pipebubble.report import KernelStat, Report
@@ -23,13 +24,18 @@ TITLES = ["GPU time (", "GPU idle by cause", "GPU time per profiler step", "Kern
           "Runtime API calls", "Annotation ranges", "Lanes"]
 
 
+def untagged(text: str) -> str:
+    """A page's text without its tags (a heading's explanation is set in smaller type), entities read back."""
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
+
+
 def rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
 @pytest.mark.parametrize("fmt", DOCUMENTS)
 def test_sections_in_every_document_in_order(fmt):
-    out = render(gpu_time_report(), fmt, width=160).replace("&#x27;", "'")
+    out = untagged(render(gpu_time_report(), fmt, width=160))
     at = [out.index(title) for title in TITLES]
     assert at == sorted(at), fmt
     for text in ("rank1/gpu0", "exp comm ms", "host launch ms", "33.00", "33.0%", "25.0%", "cudaStreamSynchronize",
@@ -41,7 +47,7 @@ def test_sections_in_every_document_in_order(fmt):
 def test_sections_come_after_the_pipeline_and_collectives():
     report = replace(gpipe_report(), breakdown=gpu_time_report().breakdown, kernels=gpu_time_report().kernels)
     for fmt in DOCUMENTS:
-        out = render(report, fmt, width=160)
+        out = untagged(render(report, fmt, width=160))
         assert out.index("What if") < out.index("GPU time (") < out.index("Kernels and") < out.index("Lanes (")
 
 
@@ -245,7 +251,8 @@ def test_the_terminal_caps_gpus_and_steps_and_the_documents_list_them_all():
 def test_a_wide_table_stacks_its_headers_then_names_what_it_leaves_out(width, unit):
     text = render(gpu_time_report(), "text", width=width, timeunit=unit)
     assert max(len(line) for line in text.splitlines()) <= width
-    shown, dropped = terminal.fit(gputime.kernel_table(gpu_time_report(), unit=unit), width)
+    fitted = terminal.fit(gputime.kernel_table(gpu_time_report(), unit=unit), width)
+    shown, dropped = fitted.section, fitted.dropped
     for row in shown.rows:  # every number shown is whole: cells of a numeric column are never cut
         for i in shown.numeric:
             assert re.search(rf"(?<![\d,.]){re.escape(row[i])}(?![\d,.])", text), (row[i], width)
@@ -255,11 +262,12 @@ def test_a_wide_table_stacks_its_headers_then_names_what_it_leaves_out(width, un
 
 def test_fit_keeps_a_table_that_fits_as_it_is():
     table = gputime.breakdown_table(gpu_time_report())
-    assert terminal.fit(table, 200) == (table, [])
-    stacked, dropped = terminal.fit(table, 80)
-    assert stacked.columns[1] == "window\nms" and dropped == []
-    narrow, dropped = terminal.fit(table, 50)
-    assert dropped and narrow.columns[0] == "gpu" and len(narrow.columns) + len(dropped) == len(table.columns)
+    assert terminal.fit(table, 200) == terminal.Fit(table, [], terminal.GAP, (None,) * len(table.columns))
+    stacked = terminal.fit(table, 80)
+    assert stacked.section.columns[1] == "window\nms" and stacked.dropped == []
+    narrow = terminal.fit(table, 50)
+    assert narrow.dropped and narrow.section.columns[0] == "gpu"
+    assert len(narrow.section.columns) + len(narrow.dropped) == len(table.columns)
 
 
 def test_a_saved_report_reads_back_its_kernels_and_renders_the_same():

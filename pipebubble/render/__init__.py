@@ -27,9 +27,10 @@ def render(report: Report, fmt: str, *, spans: Any = None, width: int | None = N
     perfetto-json-gz (bytes).
 
     ``spans``: the span table, which the Perfetto formats need (ValueError without it). ``width``: columns of the
-    text output and of the Markdown timeline (None: the terminal's, else 100). ``color``: ANSI styles in text.
-    ``step``: zoom the timeline to that step's window; ``window``: to (start, end) ns measured from the
-    timeline's origin (the pipeline window's start). ``lanes``: one timeline row per lane instead of per stage.
+    text output and of the Markdown timeline (None: ``COLUMNS``, else the terminal's, else 80 as when piped).
+    ``color``: ANSI styles in text. ``step``: zoom the timeline to that step's window; ``window``: to (start,
+    end) ns measured from the timeline's origin (the pipeline window's start). ``lanes``: one timeline row per
+    lane instead of per stage.
     ``timeunit``: ns, us, ms or s, for the times of text, markdown, html and csv; ``top``: rows of the kernel,
     runtime API and range tables; ``table``: which table csv writes (``formats.CSV_TABLES``).
     An unknown ``step`` raises ValueError naming the known ones; so does an unknown ``fmt``, unit or table.

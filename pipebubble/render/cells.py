@@ -8,6 +8,7 @@ from typing import Any
 
 #: The time units of the text, Markdown, HTML and CSV outputs (``--timeunit``): ns per unit, and the digits a
 #: table shows after the point (2 in ms keeps the 10 µs the reports always showed).
+WORD_REACH = 3  # a cut name's end may take this many more characters from its start to begin on a whole word
 UNITS: dict[str, tuple[int, int]] = {"ns": (1, 0), "us": (1_000, 2), "ms": (1_000_000, 2), "s": (1_000_000_000, 4)}
 
 
@@ -18,6 +19,9 @@ class Table:
     rows: list[list[str]]
     numeric: frozenset[int] = frozenset()  # right-aligned column indexes
     notes: tuple[str, ...] = ()  # footnotes, referred to as [1], [2] in the rows
+    # columns a narrow terminal may leave out, the least useful first (named as in ``columns``); past these it
+    # leaves out the rightmost
+    drop: tuple[str, ...] = ()
 
 
 def per(unit: str) -> int:
@@ -70,3 +74,46 @@ def num(x: Any, digits: int = 2) -> str:
 def bar(fraction: float, width: int = 10) -> str:
     full = round(max(0.0, min(fraction, 1.0)) * width)
     return "█" * full + "░" * (width - full)
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle (``interleav… v=4``): the start says what
+    it is and the end tells neighbours apart (``v=2`` from ``v=4``, ``stream7`` from ``stream13``). A C++
+    name's argument or template list goes first (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL(…)``)."""
+    while len(text) > width:
+        collapsed = _collapse(text)
+        if collapsed == text:
+            break
+        text = collapsed
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return text[:width]
+    head = (width * 3) // 5  # the start weighs more: a name's kind comes first
+    tail = width - 1 - head
+    word = text.rfind(" ", len(text) - tail - WORD_REACH, len(text) - tail)  # end on a whole word ("v=2, m=8")
+    if tail and word > head:
+        head, tail = head - (len(text) - tail - word - 1), len(text) - word - 1
+    return text[:head].rstrip() + "…" + (text[-tail:].lstrip() if tail else "")
+
+
+def _collapse(text: str) -> str:
+    """``text`` with its last bracketed list of parameters (one holding ", " or "*") written ``(…)``/``<…>``."""
+    for opening, closing in (("(", ")"), ("<", ">")):
+        end = len(text)
+        while (start := text.rfind(opening, 0, end)) > 0:
+            close = _matching(text, start, opening, closing)
+            inner = text[start + 1:close]
+            if close > 0 and inner != "…" and (", " in inner or "*" in inner):
+                return text[:start + 1] + "…" + text[close:]
+            end = start
+    return text
+
+
+def _matching(text: str, start: int, opening: str, closing: str) -> int:
+    depth = 0
+    for i in range(start, len(text)):
+        depth += (text[i] == opening) - (text[i] == closing)
+        if depth == 0:
+            return i
+    return -1

@@ -46,7 +46,7 @@ def rank_table(report: Report, limit: int | None = None, unit: str = "ms") -> Ta
     columns = ["rank", *(["lane"] if lanes else []), "calls", f"wait {unit}", f"late {unit}", "arrived last"]
     first = 2 if lanes else 1
     return Table("Collectives per rank (wait: spun until the last peer arrived; late: peers spun waiting for it)",
-                 columns, rows, frozenset(range(first, first + 4)), notes)
+                 columns, rows, frozenset(range(first, first + 4)), notes, drop=("lane", "calls"))
 
 
 def call_table(report: Report, origin_ns: int, unit: str = "ms") -> Table:
@@ -60,4 +60,4 @@ def call_table(report: Report, origin_ns: int, unit: str = "ms") -> Table:
     return Table(f"Worst collective calls{shown}, most waited first (skew: first to last arrival; waited: the"
                  " peers' spin summed)",
                  ["call", "seq", f"at {unit}", f"skew {unit}", "last", f"waited {unit}", "ranks"], rows,
-                 frozenset({1, 2, 3, 5, 6}))
+                 frozenset({1, 2, 3, 5, 6}), drop=("ranks", "seq", f"at {unit}"))

@@ -48,7 +48,7 @@ def breakdown_table(report: Report, limit: int | None = None, unit: str = "ms") 
                "idle", "overlap"]
     return Table(f"GPU time ({unit}; compute + exposed (exp) comm + exposed memory + idle = window, the GPU's first"
                  " to last busy instant; overlap = share of comm hidden under compute)",
-                 columns, rows, frozenset(range(1, 8)), notes)
+                 columns, rows, frozenset(range(1, 8)), notes, drop=("overlap", "idle"))
 
 
 def causes(rows: list[Breakdown]) -> list[str]:
@@ -89,7 +89,8 @@ def kernel_table(report: Report, top: int = TOP, unit: str = "ms") -> Table:
     columns = ["kernel", "class", "count", f"total {unit}", "share", f"mean {unit}", f"median {unit}", f"min {unit}",
                f"max {unit}", f"std {unit}"]
     return Table(f"Kernels and memory operations (top {len(shown)} of {len(every)} by total; share = of all GPU"
-                 " operation time, summed over streams)", columns, rows, frozenset(range(2, 10)), notes)
+                 " operation time, summed over streams)", columns, rows, frozenset(range(2, 10)), notes,
+                 drop=(f"std {unit}", f"min {unit}", f"max {unit}", f"median {unit}", "class"))
 
 
 def host_facts(report: Report, unit: str = "ms") -> list[str]:
@@ -116,7 +117,8 @@ def _calls(title: str, column: str, calls: list[CallStat], top: int, unit: str, 
     rows = [[c.name, num(c.count), time(c.total_ns, unit), time(c.mean_ns, unit), time(c.max_ns, unit)]
             for c in shown]
     return Table(f"{title} (top {len(shown)} of {total:,} by total)",
-                 [column, "count", f"total {unit}", f"mean {unit}", f"max {unit}"], rows, frozenset(range(1, 5)), notes)
+                 [column, "count", f"total {unit}", f"mean {unit}", f"max {unit}"], rows, frozenset(range(1, 5)), notes,
+                 drop=(f"max {unit}", f"mean {unit}"))
 
 
 def api_table(report: Report, top: int = TOP, unit: str = "ms") -> Table:

@@ -1,43 +1,75 @@
-"""One self-contained HTML page (no script, no CDN): facts, the timeline as inline SVG, the tables, and each
-GPU's time as a stacked bar (inline CSS).
+"""One self-contained HTML page (no script, no CDN, no web font): a header with the inputs, the date, the
+pipebubble version and the headline numbers as cards; the facts; the timeline as inline SVG that scales to the
+window; the tables; each stage's and each GPU's time as a stacked bar (inline CSS).
 
-Each pass and each wait is its own SVG rect with a <title>, so hovering shows what ran or what was waited for;
-each part of a GPU's bar says its time and share in its title.
+Each pass and each wait is its own SVG rect with a <title>, so hovering shows what ran, or a wait's cause, the
+peer it waited for and the passes around it; each part of a bar says its time and share in its title. The
+colours are the Okabe–Ito set for the phases and Paul Tol's muted set for the wait causes, both chosen to stay
+apart for colour-blind readers; a legend names every colour shown.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from datetime import datetime, timezone
 from html import escape
 
+from pipebubble import __version__
 from pipebubble.render import collectives, gputime, sections, timeline
-from pipebubble.render.cells import share, time
+from pipebubble.render.cells import pct, share, time
 from pipebubble.render.sections import Table
-from pipebubble.report import Breakdown, Report, Segment, Wait
+from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
 
-COLOURS = {"forward": "#4caf50", "backward": "#2196f3", "weight": "#9575cd", "prefill": "#ff9800",
-           "decode": "#26c6da", "mixed": "#e040fb", "comm": "#cddc39", "other": "#9e9e9e"}
-WAIT_COLOURS = {"fill": "#ef9a9a", "drain": "#ef9a9a", "upstream": "#e57373", "downstream": "#e57373",
-                "comm": "#ffb74d", "collective": "#f06292", "host": "#a1887f", "sync": "#90a4ae", "unknown": "#bdbdbd"}
-PART_COLOURS = {"compute": "#4caf50", "exposed comm": "#cddc39", "exposed memory": "#26c6da", "idle": "#ef9a9a"}
-SVG_WIDTH, LABEL_PX, ROW_PX, BAR_PX, WAIT_PX = 1200, 130, 30, 20, 5
-CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}
-td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}ul{padding-left:20px}svg text{font:11px monospace}
+COLOURS = {"forward": "#009e73", "backward": "#0072b2", "weight": "#cc79a7", "prefill": "#e69f00",
+           "decode": "#56b4e9", "mixed": "#d55e00", "comm": "#f0e442", "other": "#999999"}
+WAIT_COLOURS = {"fill": "#88ccee", "drain": "#ddcc77", "upstream": "#332288", "downstream": "#cc6677",
+                "comm": "#117733", "collective": "#aa4499", "host": "#882255", "sync": "#999933", "unknown": "#bbbbbb"}
+PART_COLOURS = {"compute": "#0072b2", "exposed comm": "#f0e442", "exposed memory": "#56b4e9", "idle": "#bbbbbb"}
+# A stage's bar: busy and the three idle parts (they add up to its window), the wait colours for fill and drain
+STAGE_COLOURS = {"busy": "#0072b2", "fill": "#88ccee", "drain": "#ddcc77", "steady idle": "#bbbbbb"}
+STAGE_PARTS = (("busy", "busy_ns"), ("fill", "fill_ns"), ("drain", "drain_ns"), ("steady idle", "steady_idle_ns"))
+VIEW_W, LABEL_W, ROW_H, BAR_H, WAIT_H = 1000, 120, 30, 18, 6  # the SVG's own units: it scales to the page
+SIGNED = re.compile(r"^([+=]) ")
+FILES_SHOWN = 3  # input names in the header; the rest fold into a <details>
+CSS = """*{box-sizing:border-box}body{font:14px system-ui,sans-serif;margin:0 auto;padding:16px;max-width:1280px;
+color:#222}h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin-top:28px}.meta{color:#555;margin:0 0 12px}
+.meta summary{cursor:pointer}.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:8px}
+.card{border:1px solid #ddd;border-radius:6px;padding:8px 10px}.card b{display:block;font-size:20px;
+font-variant-numeric:tabular-nums}.card span{color:#555;font-size:12px}.card.miss{border:2px solid #d55e00}
+.card.miss b,li.miss{color:#b34700;font-weight:600}.tw{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left;
+vertical-align:top}th{vertical-align:bottom}td:first-child{min-width:10em;overflow-wrap:anywhere}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}td.n{white-space:nowrap}
+h2 small{font-weight:normal;font-size:13px;color:#555}ul{padding-left:20px}
+svg{display:block;width:100%;height:auto}svg text{font:12px monospace}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:12px;height:12px;
-margin-right:4px;vertical-align:middle}.note{color:#666;margin:2px 0}.gb{display:flex;align-items:center;margin:2px 0}
-.gb span{width:160px;font:11px monospace;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.gb b{display:flex;width:800px;height:14px;background:#f4f4f4}.gb i{display:block;height:100%}"""
+margin-right:4px;vertical-align:middle}.note{color:#666;margin:2px 0}.gb,.sb{display:flex;align-items:center;
+margin:3px 0;gap:8px}.gb span,.sb span{flex:0 0 150px;font:12px monospace;overflow:hidden;text-overflow:ellipsis;
+white-space:nowrap}.gb b,.sb b{display:flex;flex:1 1 auto;min-width:0;height:14px;background:#f4f4f4}
+.gb i,.sb i{display:block;height:100%}.sb s{display:block;height:4px;background:#f0e442;margin-top:1px}
+.sb em{flex:0 0 56px;font-style:normal;text-align:right;font-variant-numeric:tabular-nums}
+.sb div{flex:1 1 auto;min-width:0}"""
+
+
+def generated() -> str:
+    """When the page was made, UTC to the minute; ``SOURCE_DATE_EPOCH`` (reproducible builds) fixes it."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch else datetime.now(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _x(t: int, start: int, end: int) -> float:
-    return LABEL_PX + (SVG_WIDTH - LABEL_PX - 10) * (t - start) / max(end - start, 1)
+    return LABEL_W + (VIEW_W - LABEL_W - 10) * (t - start) / max(end - start, 1)
 
 
 def _rect(x0: float, x1: float, y: float, h: float, fill: str, title: str, label: str = "") -> str:
     rect = (f'<g><title>{escape(title)}</title><rect x="{x0:.1f}" y="{y:.1f}" width="{max(x1 - x0, 0.5):.1f}"'
             f' height="{h}" fill="{fill}"/>')
     if label and x1 - x0 > 8 * len(label):
-        rect += f'<text x="{(x0 + x1) / 2:.1f}" y="{y + h / 2 + 4:.1f}" text-anchor="middle">{escape(label)}</text>'
+        colour = "#fff" if fill in ("#0072b2", "#d55e00", "#009e73") else "#000"
+        rect += (f'<text x="{(x0 + x1) / 2:.1f}" y="{y + h / 2 + 4:.1f}" text-anchor="middle"'
+                 f' fill="{colour}">{escape(label)}</text>')
     return rect + "</g>"
 
 
@@ -53,9 +85,12 @@ def _segment(seg: Segment, origin: int) -> tuple[str, str]:
 
 
 def _wait(w: Wait, origin: int) -> str:
-    waited_for = f", waited for rank {w.waited_for}" if w.waited_for is not None else ""
-    return (f"wait {sections.ms(w.dur_ns)} ms at {sections.ms(w.start_ns - origin)} ms: {w.cause}{waited_for}"
-            f" (before: {w.before or '-'}, after: {w.after or '-'})")
+    """A wait's tooltip: how long and where, its cause in words, the peer it waited for, the passes around it."""
+    where = f"s{w.stage}" if w.stage is not None else (f"rank {w.rank}" if w.rank is not None else w.lane or "-")
+    peer = sections.wait_peer(w)
+    return (f"{where}: {w.cause} wait, {sections.ms(w.dur_ns)} ms at {sections.ms(w.start_ns - origin)} ms"
+            f" — {sections.CAUSES.get(w.cause, w.cause)}" + (f"; waited for {peer}" if peer else "")
+            + f"; passes: before {w.before or '-'}, after {w.after or '-'}")
 
 
 def svg(report: Report, step: int | None, window: tuple[int, int] | None, lanes: bool) -> str:
@@ -63,40 +98,41 @@ def svg(report: Report, step: int | None, window: tuple[int, int] | None, lanes:
     origin = timeline.origin(report)
     keys = timeline.row_keys(report, lanes)
     index = {key: i for i, (_, key) in enumerate(keys)}
-    height = ROW_PX * len(keys) + 30
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{height}"'
-           f' viewBox="0 0 {SVG_WIDTH} {height}">']
-    out += [f'<text x="4" y="{i * ROW_PX + 18}">{escape(label)}</text>' for i, (label, _) in enumerate(keys)]
+    height = ROW_H * len(keys) + 30
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {VIEW_W} {height}" width="100%"'
+           f' preserveAspectRatio="xMinYMin meet" role="img" aria-label="timeline">']
+    out += [f'<text x="4" y="{i * ROW_H + 16}">{escape(label)}</text>' for i, (label, _) in enumerate(keys)]
     for seg in report.timeline:
         row = index.get(seg.lane if lanes and seg.lane else seg.stage)
         if row is not None and seg.end_ns > start and seg.start_ns < end:
             title, label = _segment(seg, origin)
             out.append(_rect(_x(max(seg.start_ns, start), start, end), _x(min(seg.end_ns, end), start, end),
-                             row * ROW_PX + 4, BAR_PX, COLOURS.get(seg.phase, COLOURS["other"]), title, label))
+                             row * ROW_H + 3, BAR_H, COLOURS.get(seg.phase, COLOURS["other"]), title, label))
     for w in report.waits:
         row = index.get(w.lane if lanes and w.lane else w.stage)
         if row is not None and w.start_ns + w.dur_ns > start and w.start_ns < end:
             out.append(_rect(_x(max(w.start_ns, start), start, end), _x(min(w.start_ns + w.dur_ns, end), start, end),
-                             row * ROW_PX + 4 + BAR_PX, WAIT_PX, WAIT_COLOURS.get(w.cause, "#bdbdbd"),
+                             row * ROW_H + 3 + BAR_H, WAIT_H, WAIT_COLOURS.get(w.cause, WAIT_COLOURS["unknown"]),
                              _wait(w, origin)))
-    out += _axis(start, end, origin, ROW_PX * len(keys) + 20)
+    out += _axis(start, end, origin, ROW_H * len(keys) + 20)
     return "\n".join([*out, "</svg>"])
 
 
 def _axis(start: int, end: int, origin: int, y: int) -> list[str]:
-    """Tick labels in ms from the origin, reusing the text timeline's tick spacing (about 10 ticks)."""
-    tick = timeline._nice_step((end - start) // 10)
+    """Tick labels in ms from the origin, about one per 100 units, as the text timeline writes them (``250``,
+    ``0.5``: the digits the tick spacing needs, no thousands separators)."""
+    tick = timeline._nice_step((end - start) // 9)
     first = -(-(start - origin) // tick) * tick + origin
-    return [f'<text x="{_x(t, start, end):.1f}" y="{y}" text-anchor="middle">{sections.ms(t - origin)}</text>'
-            for t in range(first, end, tick)]
+    return [f'<text x="{_x(t, start, end):.1f}" y="{y}" text-anchor="middle">{timeline.tick_label(t - origin, tick)}'
+            "</text>" for t in range(first, end, tick)]
 
 
 def legend(report: Report) -> str:
     phases = [p for p in timeline.PHASES if any(s.phase == p for s in report.timeline)]
     causes = sorted({w.cause for w in report.waits})
     items = [f'<span><i style="background:{COLOURS[p]}"></i>{timeline.PHASES[p][1]}</span>' for p in phases]
-    items += [f'<span><i style="background:{WAIT_COLOURS.get(c, "#bdbdbd")};height:5px"></i>wait: {escape(c)}'
-              f'</span>' for c in causes]
+    items += [f'<span><i style="background:{WAIT_COLOURS.get(c, WAIT_COLOURS["unknown"])};height:6px"></i>wait:'
+              f' {escape(c)}</span>' for c in causes]
     return f'<p class="legend">{"".join(items)} (times in ms; hover for details)</p>'
 
 
@@ -104,11 +140,56 @@ def table(section: Table) -> str:
     def cls(i: int) -> str:
         return ' class="n"' if i in section.numeric else ""
 
-    head = "".join(f"<th{cls(i)}>{escape(c)}</th>" for i, c in enumerate(section.columns))
+    head = "".join(f"<th{cls(i)}>{escape(_head(c))}</th>" for i, c in enumerate(section.columns))
     body = "".join("<tr>" + "".join(f"<td{cls(i)}>{escape(c)}</td>" for i, c in enumerate(row)) + "</tr>"
                    for row in section.rows)
     notes = "".join(f"<p class=\"note\">{escape(n)}</p>" for n in sections.footnotes(section))
-    return f"<h2>{escape(section.title)}</h2>\n<table><tr>{head}</tr>{body}</table>{notes}"
+    return f"{_title(section.title)}\n<div class=\"tw\"><table><tr>{head}</tr>{body}</table></div>{notes}"
+
+
+def _head(column: str) -> str:
+    """A header may fold between its words, but ``+ fill`` keeps its sign (a no-break space)."""
+    return SIGNED.sub("\\1\u00a0", column)
+
+
+def _title(title: str) -> str:
+    """A table's name as the heading, what its columns mean (the title's parenthesis) in smaller type."""
+    name, sep, rest = title.partition(" (")
+    return f"<h2>{escape(name)}" + (f' <small>({escape(rest)}</small>' if sep else "") + "</h2>"
+
+
+def _keys(colours: dict[str, str], note: str) -> str:
+    items = "".join(f'<span><i style="background:{colour}"></i>{label}</span>' for label, colour in colours.items())
+    return f'<p class="legend">{items} ({note})</p>'
+
+
+def stage_bars(report: Report, unit: str = "ms") -> list[str]:
+    """One stacked bar per stage over its window: busy, fill, drain, steady idle (they add up to it), with the
+    part of the idle spent communicating as a thin strip under it."""
+    if not report.stages:
+        return []
+    keys = _keys({**STAGE_COLOURS, "comm in idle": "#f0e442"}, "share of each stage's window; hover for times")
+    return [keys, "<div>" + "".join(_stage_bar(st, unit) for st in report.stages) + "</div>"]
+
+
+def _stage_bar(st: Stage, unit: str) -> str:
+    window = st.busy_ns + st.idle_ns  # Stage: idle = |W| − busy
+    name = f"s{st.stage}" + (f" {st.name}" if st.name and st.name != f"s{st.stage}" else "")
+    parts = "".join(_part(f"{name}: {label}", getattr(st, key), window, STAGE_COLOURS[label], unit)
+                    for label, key in STAGE_PARTS)
+    comm = f"{name}: comm in idle {time(st.comm_ns, unit)} {unit} ({share(st.comm_ns, window)})"
+    strip = f'<s style="width:{_width(st.comm_ns, window):.2f}%" title="{escape(comm)}"></s>'
+    return (f'<div class="sb"><span title="{escape(name)}">{escape(name)}</span><div><b>{parts}</b>{strip}</div>'
+            f'<em title="utilization">{pct(st.utilization)}</em></div>')
+
+
+def _width(ns: int, window: int) -> float:
+    return 100 * ns / window if window else 0.0
+
+
+def _part(what: str, ns: int, window: int, colour: str, unit: str) -> str:
+    title = f"{what} {time(ns, unit)} {unit} ({share(ns, window)})"
+    return f'<i style="width:{_width(ns, window):.2f}%;background:{colour}" title="{escape(title)}"></i>'
 
 
 def gpu_bars(report: Report, unit: str = "ms") -> list[str]:
@@ -117,24 +198,22 @@ def gpu_bars(report: Report, unit: str = "ms") -> list[str]:
     rows = gputime.whole(report)
     if not rows:
         return []
-    keys = "".join(f'<span><i style="background:{PART_COLOURS[label]}"></i>{label}</span>'
-                   for label, _ in gputime.PARTS)
     bars = "".join(_bar(b, unit) for b in rows)
-    return [f'<p class="legend">{keys} (share of each GPU\'s window; hover for times)</p>', f"<div>{bars}</div>"]
+    return [_keys(PART_COLOURS, "share of each GPU's window; hover for times"), f"<div>{bars}</div>"]
 
 
 def _bar(b: Breakdown, unit: str) -> str:
-    parts = []
-    for label, key in gputime.PARTS:
-        ns = getattr(b, key)
-        width = 100 * ns / b.window_ns if b.window_ns else 0.0
-        title = f"{b.lane}: {label} {time(ns, unit)} {unit} ({share(ns, b.window_ns)})"
-        parts.append(f'<i style="width:{width:.2f}%;background:{PART_COLOURS[label]}" title="{escape(title)}"></i>')
-    return f'<div class="gb"><span title="{escape(b.lane)}">{escape(b.lane)}</span><b>{"".join(parts)}</b></div>'
+    parts = "".join(_part(f"{b.lane}: {label}", getattr(b, key), b.window_ns, PART_COLOURS[label], unit)
+                    for label, key in gputime.PARTS)
+    return f'<div class="gb"><span title="{escape(b.lane)}">{escape(b.lane)}</span><b>{parts}</b></div>'
 
 
 def _facts(lines: list[str]) -> str:
-    return "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>"
+    def item(line: str) -> str:
+        return f'<li class="miss">{escape(line)}</li>' if line.startswith(sections.SLO_MISSED) else \
+            f"<li>{escape(line)}</li>"
+
+    return "<ul>" + "".join(item(line) for line in lines) + "</ul>"
 
 
 def interference(report: Report) -> list[str]:
@@ -163,19 +242,35 @@ def legend_line(report: Report) -> list[str]:
     return [f'<p class="note">{escape(line)}</p>'] if line else []
 
 
+def page_header(report: Report, unit: str, when: str) -> list[str]:
+    """The title, what was read, when and by which version, then the headline numbers as cards."""
+    files = [escape(f) for f in report.ingest.files]
+    count = f"{len(files):,} input{'s' * (len(files) != 1)}"
+    listed = "no inputs" if not files else f"{count}: {', '.join(files)}" if len(files) <= FILES_SHOWN else \
+        f"<details><summary>{count}: {', '.join(files[:FILES_SHOWN])}, …</summary>{', '.join(files)}</details>"
+    meta = f"generated {escape(when)} by pipebubble {escape(__version__)}"
+    cards = "".join(f'<div class="card{" miss" if miss else ""}"><b>{escape(value)}</b><span>{escape(label)}</span>'
+                    "</div>" for value, label, miss in sections.headline(report, unit))
+    return ["<header>", "<h1>pipebubble report</h1>", f'<div class="meta">{listed}</div>',
+            f'<p class="meta">{meta}</p>', f'<div class="cards">{cards}</div>', "</header>"]
+
+
 def render(report: Report, *, step: int | None = None, window: tuple[int, int] | None = None,
-           lanes: bool = False, unit: str = "ms", top: int = gputime.TOP) -> str:
+           lanes: bool = False, unit: str = "ms", top: int = gputime.TOP, when: str | None = None) -> str:
     """The page, its sections in ``sections.SECTIONS`` order; times in ``unit`` (the timeline's in ms), ``top``
-    rows of the kernel, API and range tables, every row of the others."""
+    rows of the kernel, API and range tables, every row of the others; ``when``: the date the header shows
+    (None: ``generated()``)."""
     facts = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report, unit)
     drawn = {"facts": lambda: [_facts(facts)],
              "timeline": lambda: ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
              if report.timeline else [],
+             "stage_bars": lambda: stage_bars(report, unit),
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": lambda: gpu_bars(report, unit), "host": lambda: host(report, unit),
              "legend": lambda: legend_line(report)}
-    body = ["<h1>pipebubble report</h1>"]
-    for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
+    body = page_header(report, unit, when or generated())
+    for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top, bar_width=0)):
         body += [table(section)] if section is not None else drawn[kind]()
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>pipebubble report</title>"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>pipebubble report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -66,7 +66,7 @@ def render(report: Report, width: int = 100, *, step: int | None = None, window:
     drawn = {"facts": lambda: facts(report, unit),
              "timeline": lambda: timeline_block(report, width, step, window, lanes) if report.timeline else [],
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
-             "gpu_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report)}
+             "gpu_bars": list, "stage_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report)}
     lines = ["## pipebubble report", ""]
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
         lines += table(section) if section is not None else drawn[kind]()

@@ -1,165 +1,266 @@
-"""The annotated trace for ui.perfetto.dev: the original spans, the passes, the waits and a utilization counter.
+"""The annotated trace for ui.perfetto.dev: the original spans with their own arguments and flow arrows, the
+passes, the waits and a utilization counter (the format itself: ``perfetto_trace``).
 
-The foreign format is described by three small dataclasses (as pyinstrument's speedscope renderer does), built
-from the span table and the Report, then written as Perfetto TrackEvent protobuf or as Chrome JSON:
+One top-level track per rank (per process of an Nsight report, named ``pid N``), holding, in this order: the
+rank's passes, its bubbles and waits, one track per GPU stream and one per CPU thread, each named shortly
+(``GPU 0 stream 7``, ``thread 123``; the lane id is the track's description).
 
-- ``Track``: a TracePacket.track_descriptor (uuid, name, parent_uuid; ``counter`` for a CounterDescriptor).
-- ``Slice``: a TrackEvent TYPE_SLICE_BEGIN / TYPE_SLICE_END pair on one track, with debug_annotations as args.
-- ``CounterPoint``: a TrackEvent TYPE_COUNTER with double_counter_value.
+A Perfetto track shows a slice stack, so slices on one track must nest: spans are placed in (start, longer
+first) order, each under the innermost open slice that encloses it; one that overlaps without nesting (an async
+op past its caller, two kernels of one stream that the profiler saw overlap) goes on a sibling track with the
+same name and merge key, which the UI draws as one track. An end past its parent's by at most
+``NEST_SLACK_NS`` (two roundings of µs to ns) is clipped to it.
 
-A Perfetto track shows a slice stack, so slices on one track must nest; spans of one lane that overlap without
-nesting (two streams' kernels, overlapping async ops) are spread over numbered sibling tracks.
+A span's slice carries its category, the source event's ``args`` (shapes, types, ids, as the profiler wrote
+them) and pipebubble's columns (kind, correlation, micro-batch, phase) where the source has no such key, and
+the flows ``perfetto_flows.attach`` found for it.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+import re
+from pathlib import Path
+from typing import Any
 
+import msgspec
 import polars as pl
 
+from pipebubble.render.perfetto_trace import CounterPoint, ExportTrace, Flow, Slice, Track, to_chrome_json, to_proto
 from pipebubble.render.timeline import PHASES
 from pipebubble.report import Report, Wait
 
+__all__ = ["CounterPoint", "ExportTrace", "Flow", "Slice", "Track", "build", "to_chrome_json", "to_proto"]
+
 COMPUTE = frozenset(PHASES) - {"comm"}
-SEQUENCE_ID = 1  # one writer: every packet is on the same trusted sequence
-
-
-@dataclass(frozen=True)
-class Track:
-    uuid: int
-    name: str
-    parent: int | None = None
-    counter: bool = False
-
-
-@dataclass(frozen=True)
-class Slice:
-    track: int
-    start_ns: int
-    end_ns: int
-    name: str
-    args: tuple[tuple[str, str | int], ...] = ()
-
-
-@dataclass(frozen=True)
-class CounterPoint:
-    track: int
-    ts_ns: int
-    value: float
-
-
-@dataclass
-class ExportTrace:
-    tracks: list[Track] = field(default_factory=list)
-    slices: list[Slice] = field(default_factory=list)
-    counters: list[CounterPoint] = field(default_factory=list)
-    _by_key: dict[tuple, int] = field(default_factory=dict)
-
-    def track(self, key: tuple, name: str, parent: int | None = None, counter: bool = False) -> int:
-        """The uuid of the track for ``key``, made on first use (uuids count up, so output is stable)."""
-        if key not in self._by_key:
-            self._by_key[key] = len(self.tracks) + 1
-            self.tracks.append(Track(len(self.tracks) + 1, name, parent, counter))
-        return self._by_key[key]
+NEST_SLACK_NS = 2
+_ORDER = {"passes": 0, "waits": 1}  # then GPU streams (from 10), CPU threads, counters
+_SPAN_FIELDS = ("kind", "correlation", "external_id", "microbatch", "phase")
+_TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?(\.json(\.gz)?|\.sqlite|\.nsys-rep|\.qdrep)$")
+_RANK_LANE = re.compile(r"^rank(\d+)/")
 
 
 def build(spans: pl.DataFrame, report: Report) -> ExportTrace:
     out = ExportTrace()
-    add_spans(out, spans)
-    add_passes(out, report)
-    add_waits(out, report)
-    add_utilization(out, report)
+    layout = _Layout(out, spans, report)
+    add_spans(out, spans, layout)
+    add_passes(out, report, layout)
+    add_waits(out, report, layout)
+    add_utilization(out, report, layout)
     return out
 
 
-def _group(row: dict) -> tuple[tuple, str]:
-    if row["stage"] is not None:
-        return ("stage", row["stage"]), f"stage {row['stage']}"
-    if row["rank"] is not None:
-        return ("rank", row["rank"]), f"rank {row['rank']}"
-    return ("source", row["source"]), str(row["source"])
+class _Layout:
+    """Where things go: each lane's group (rank, else process, else file), the groups' names, the stage each
+    group runs, and each group's placement stacks."""
+
+    def __init__(self, out: ExportTrace, spans: pl.DataFrame, report: Report) -> None:
+        self.out = out
+        lanes = spans.select("source", "rank", "pid", "tid", "device", "stream", "lane").unique()
+        lanes = lanes.sort("rank", "pid", "source", "device", "stream", "tid", "lane", nulls_last=True)
+        self.files = lanes.filter(pl.col("rank").is_null())["source"].n_unique()
+        self.stage_of = {lane: s.stage for s in report.stages for lane in s.lanes}
+        self.group_of_lane: dict[str, tuple] = {}
+        self.stages: dict[tuple, set[int]] = {}
+        self.pids: dict[tuple, set[int]] = {}
+        for row in lanes.iter_rows(named=True):
+            key = self.group_key(row)
+            self.group_of_lane.setdefault(row["lane"], key)
+            self.pids.setdefault(key, set()).update(() if row["pid"] is None else (row["pid"],))
+            if self.stage_of.get(row["lane"]) is not None:
+                self.stages.setdefault(key, set()).add(self.stage_of[row["lane"]])
+        for lane, stage in self.stage_of.items():  # a stage's lanes that ran no span still name their rank's
+            key = self.of_lane(lane)
+            if key is not None:
+                self.stages.setdefault(key, set()).add(stage)
+        self.levels: dict[tuple, list[list[tuple[int, int]]]] = {}
+        self.order: dict[tuple, int] = {}
+        for row in lanes.iter_rows(named=True):  # every group and lane track exists before any slice
+            self.lane_track(row, 0)
+
+    def group_key(self, row: dict) -> tuple:
+        if row["rank"] is not None:
+            return ("rank", row["rank"])
+        if row["pid"] is not None:
+            return ("pid", row["source"], row["pid"])
+        return ("file", row["source"])
+
+    def group(self, key: tuple) -> int:
+        """The uuid of a group's top-level track, named shortly: ``rank 3 · stage 1``, ``pid 144``."""
+        if not self.out.has(key):
+            name = {"rank": lambda: f"rank {key[1]}", "pid": lambda: f"pid {key[2]}",
+                    "file": lambda: _stem(key[1]), "stage": lambda: f"stage {key[1]}",
+                    "unplaced": lambda: "unplaced"}[key[0]]()
+            if key[0] == "pid" and self.files > 1:
+                name += f" · {_stem(key[1])}"
+            stages = sorted(self.stages.get(key, ()))
+            if len(stages) == 1 and key[0] != "stage":
+                name += f" · stage {stages[0]}"
+            self.out.track(key, name, explicit=True)
+        return self.out.track(key, "")
+
+    def child(self, gkey: tuple, what: tuple, name: str, level: int, description: str | None = None,
+              counter: bool = False) -> int:
+        """A track under group ``gkey``; level > 0 is a spill of level 0 (same name, same merge key)."""
+        parent = self.group(gkey)
+        key = (gkey, what)
+        if key not in self.order:
+            self.order[key] = _ORDER.get(what[0], 10 + len(self.order))
+        merge = None if counter else "/".join(str(w) for w in what if w is not None)  # unique among siblings
+        return self.out.track((key, level), name, parent, counter=counter, description=description,
+                              order=self.order[key], merge_key=merge)
+
+    def lane_track(self, row: dict, level: int) -> int:
+        gkey = self.group_key(row)
+        if row["device"] is not None:
+            name = f"GPU {row['device']}" + (f" stream {row['stream']}" if row["stream"] is not None else "")
+            lane = row["lane"] + (f"/stream{row['stream']}" if row["stream"] is not None else "")
+        elif row["tid"] is not None:
+            name = f"thread {row['tid']}"
+            if len(self.pids.get(gkey, ())) > 1:
+                name = f"pid {row['pid']} {name}"
+            lane = row["lane"]
+        else:
+            name = lane = row["lane"]
+        return self.child(gkey, ("lane", row["lane"], row["stream"]), name, level, description=lane)
+
+    def of_lane(self, lane: str | None) -> tuple | None:
+        """The group a lane (or a stream lane, ``…/stream7``) belongs to; a ``rankN/`` lane not in the spans
+        still goes to rank N."""
+        if lane is None:
+            return None
+        base = re.sub(r"/stream\d+$", "", lane)
+        if base in self.group_of_lane:
+            return self.group_of_lane[base]
+        match = _RANK_LANE.match(lane)
+        return ("rank", int(match.group(1))) if match else None
+
+    def of_stage(self, stage: int | None) -> tuple | None:
+        """The first group (by rank) whose lanes run ``stage``."""
+        found = next((k for k, s in self.stages.items() if stage in s), None)
+        if found is not None:
+            return found
+        lanes = sorted(lane for lane, s in self.stage_of.items() if s == stage)
+        return next((g for g in map(self.of_lane, lanes) if g is not None), None) if stage is not None else None
+
+    def place(self, key: tuple, start: int, end: int) -> tuple[int, int]:
+        """(level, end): the innermost open slice that encloses [start, end) on one of the key's tracks, else
+        the first track with nothing open, else a new one. ``end`` comes back clipped within the slack."""
+        levels = self.levels.setdefault(key, [])
+        best, free = None, None
+        for i, stack in enumerate(levels):
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if not stack:
+                free = i if free is None else free
+            elif end <= stack[-1][1] + NEST_SLACK_NS and (best is None or stack[-1][0] > levels[best][-1][0]):
+                best = i
+        level = best if best is not None else free if free is not None else len(levels)
+        if level == len(levels):
+            levels.append([])
+        stack = levels[level]
+        end = min(end, stack[-1][1]) if stack else end
+        stack.append((start, end))
+        return level, end
 
 
-def add_spans(out: ExportTrace, spans: pl.DataFrame) -> None:
-    """One track per lane (per stream on a GPU) under its stage, or its rank when no stage is known."""
-    cols = ["source", "rank", "lane", "stream", "stage", "kind", "name", "start", "end", "microbatch", "phase"]
-    stacks: dict[tuple, list[list[int]]] = {}  # lane key -> per sibling track, the open slices' ends
-    for row in spans.select(cols).sort("start", pl.col("end"), descending=[False, True]).iter_rows(named=True):
-        gkey, gname = _group(row)
-        parent = out.track(gkey, gname)
-        lane = row["lane"] + (f"/stream{row['stream']}" if row["stream"] is not None else "")
-        key = (gkey, lane)
-        level = _fit(stacks.setdefault(key, []), row["start"], row["end"])
-        name = lane + (f" #{level + 1}" if level else "")
-        track = out.track((key, level), name, parent)
-        args = tuple((k, row[k]) for k in ("kind", "microbatch", "phase") if row[k] is not None)
-        out.slices.append(Slice(track, row["start"], row["end"], row["name"] or "?", args))
+def _stem(source: str) -> str:
+    """A trace file's name without its trace suffixes: ``torchrun_2xh100_nccl`` (never its folders)."""
+    return _TRACE_SUFFIX.sub("", Path(source).name) or Path(source).name
 
 
-def _fit(levels: list[list[int]], start: int, end: int) -> int:
-    """The first sibling track where [start, end) nests inside what is open there (or on an empty stack)."""
-    for i, stack in enumerate(levels):
-        while stack and stack[-1] <= start:
-            stack.pop()
-        if not stack or end <= stack[-1]:
-            stack.append(end)
-            return i
-    levels.append([end])
-    return len(levels) - 1
+def add_spans(out: ExportTrace, spans: pl.DataFrame, layout: _Layout) -> None:
+    """One slice per span on its lane's track (or a spill of it), with its args and flows."""
+    extra = [c for c in ("args", "category", "flows") if c in spans.columns]
+    cols = ["source", "rank", "pid", "tid", "device", "stream", "lane", "name", "start", "end", *_SPAN_FIELDS,
+            *extra]
+    steps: dict[int, list[tuple[int, int, str]]] = {}
+    tracks: dict[tuple, int] = {}
+    ordered = spans.select(cols).sort("start", pl.col("end"), descending=[False, True], maintain_order=True)
+    for row in ordered.iter_rows(named=True):
+        key = (layout.group_key(row), row["lane"], row["stream"])
+        level, end = layout.place(key, row["start"], row["end"])
+        track = tracks.get((key, level)) or tracks.setdefault((key, level), layout.lane_track(row, level))
+        source = _source_args(row.get("args"))
+        out.slices.append(Slice(track, row["start"], end, row["name"] or "?", _span_args(row, source),
+                                row.get("category") or str(row["kind"])))
+        for f in row.get("flows") or ():
+            steps.setdefault(f["id"], []).append((f["step"], len(out.slices) - 1, f["cat"]))
+    out.flows += [Flow(fid, s[0][2], tuple(i for _, i, _ in sorted(s))) for fid, s in sorted(steps.items())
+                  if len(s) > 1]
 
 
-def add_passes(out: ExportTrace, report: Report) -> None:
-    """The report's timeline: each pass as F3 / B3 (or prefill, decode) on a track per stage."""
-    group = out.track(("analysis",), "pipebubble: passes")
-    for seg in report.timeline:
-        track = out.track(("passes", seg.stage), f"s{seg.stage} passes", group)
+def _source_args(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = msgspec.json.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _span_args(row: dict, source: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The source's args as it wrote them, then each span column it has no key for (``External id`` counts as
+    ``external_id``)."""
+    have = {k.lower().replace(" ", "_") for k in source}
+    ours = tuple((k, row[k] if isinstance(row[k], int) else str(row[k])) for k in _SPAN_FIELDS
+                 if row[k] is not None and k not in have)
+    return (*source.items(), *ours)
+
+
+def add_passes(out: ExportTrace, report: Report, layout: _Layout) -> None:
+    """The report's timeline: each pass as F3 / B3 (or prefill, decode) on its rank's ``passes`` track."""
+    for seg in sorted(report.timeline, key=lambda s: (s.stage, s.start_ns, -s.end_ns)):
+        gkey = layout.of_lane(seg.lane) or layout.of_stage(seg.stage) or ("stage", seg.stage)
+        level, end = layout.place((gkey, "passes"), seg.start_ns, seg.end_ns)
+        track = layout.child(gkey, ("passes",), "passes", level)
         letter = PHASES.get(seg.phase, PHASES["other"])[0]
         name = letter + str(seg.microbatch) if seg.microbatch is not None else seg.phase
-        args = tuple((k, v) for k, v in (("phase", seg.phase), ("microbatch", seg.microbatch), ("chunk", seg.chunk),
-                                         ("step", seg.step)) if v is not None)
-        out.slices.append(Slice(track, seg.start_ns, seg.end_ns, name, args))
+        args = tuple((k, v) for k, v in (("stage", seg.stage), ("phase", seg.phase), ("microbatch", seg.microbatch),
+                                         ("chunk", seg.chunk), ("step", seg.step)) if v is not None)
+        out.slices.append(Slice(track, seg.start_ns, end, name, args, "pipebubble.pass"))
 
 
-def add_waits(out: ExportTrace, report: Report) -> None:
-    """Every wait (bubble) as a slice named by its cause, on a track per stage; a collective wait of a job that
-    is not a pipeline goes on the waiting rank's own track, beside its lanes. ``waited_for`` (the rank that
-    arrived last) is in the args."""
-    group = out.track(("waits",), "pipebubble: bubbles and waits")
-    stacks: dict[tuple, list[list[int]]] = {}  # track key -> per sibling track, the open slices' ends
-    for w in sorted(report.waits, key=_wait_order):
-        key, name, parent = _wait_track(out, w, group)
-        end = w.start_ns + w.dur_ns
-        level = _fit(stacks.setdefault(key, []), w.start_ns, end)  # waits of one rank's lanes may overlap
-        track = out.track((key, level), name + (f" #{level + 1}" if level else ""), parent)
+def add_waits(out: ExportTrace, report: Report, layout: _Layout) -> None:
+    """Every wait (bubble) as a slice named by its cause on its rank's waits track (waits of one rank's lanes
+    may overlap: spills merge into the one track). ``waited_for`` (the rank that arrived last) is in the
+    args."""
+    title = "bubbles and waits" if report.pipeline is not None else "collective waits"  # outside a pipeline
+    for w in sorted(report.waits, key=_wait_order):  # the only waits are at collectives (analysis/collectives.py)
+        gkey = _wait_group(layout, w)
+        level, end = layout.place((gkey, "waits"), w.start_ns, w.start_ns + w.dur_ns)
+        track = layout.child(gkey, ("waits",), title, level)
         args = tuple((k, v) for k, v in (("cause", w.cause), ("before", w.before), ("after", w.after),
-                                         ("lane", w.lane), ("step", w.step), ("rank", w.rank),
+                                         ("stage", w.stage), ("lane", w.lane), ("step", w.step), ("rank", w.rank),
                                          ("waited_for", w.waited_for)) if v is not None)
-        out.slices.append(Slice(track, w.start_ns, end, f"wait: {w.cause}", args))
+        out.slices.append(Slice(track, w.start_ns, end, f"wait: {w.cause}", args, "pipebubble.wait"))
 
 
 def _wait_order(w: Wait) -> tuple:
-    """By track (stages first, then ranks), then by time, the longer first: the order ``_fit`` needs."""
-    return (w.stage is None, w.stage or 0, w.rank is None, w.rank or 0, w.start_ns, -w.dur_ns)
+    return (w.start_ns, -w.dur_ns, w.stage is None, w.stage or 0, w.rank is None, w.rank or 0, w.lane or "")
 
 
-def _wait_track(out: ExportTrace, w: Wait, group: int) -> tuple[tuple, str, int]:
-    """(key, name, parent) of the track a wait goes on: its stage's under the waits group, else its rank's."""
-    if w.stage is not None or w.rank is None:
-        where = f"s{w.stage}" if w.stage is not None else "unplaced"
-        return ("wait", w.stage), f"{where} waits", group
-    return ("rank waits", w.rank), "collective waits", out.track(("rank", w.rank), f"rank {w.rank}")
+def _wait_group(layout: _Layout, w: Wait) -> tuple:
+    """Its lane's group, else its rank's (a collective participant without a rank is a process), else its
+    stage's, else the unplaced group."""
+    found = layout.of_lane(w.lane)
+    if found is None and w.rank is not None:
+        found = ("rank", w.rank) if ("rank", w.rank) in layout.pids else next(
+            (k for k in layout.pids if k[0] == "pid" and k[2] == w.rank), ("rank", w.rank))
+    return found or layout.of_stage(w.stage) or (("stage", w.stage) if w.stage is not None else ("unplaced",))
 
 
-def add_utilization(out: ExportTrace, report: Report) -> None:
+def add_utilization(out: ExportTrace, report: Report, layout: _Layout) -> None:
     """Fraction of stages computing at each instant (from the passes); without passes, each device lane's busy
-    fraction over its window."""
+    fraction over its window, under its rank."""
     if report.timeline:
         _stage_counter(out, report)
         return
     for lane in report.lanes:
         if lane.kind == "gpu" and lane.stream is None:
-            track = out.track(("util", lane.lane), f"utilization {lane.lane}", counter=True)
+            gkey = layout.of_lane(lane.lane) or ("file", lane.lane)
+            name = f"GPU {lane.device} utilization" if lane.device is not None else f"{lane.lane} utilization"
+            track = layout.child(gkey, ("util", lane.lane), name, 0, description=lane.lane, counter=True)
             out.counters += [CounterPoint(track, lane.window_start_ns, 1 - lane.idle_fraction),
                              CounterPoint(track, lane.window_end_ns, 0.0)]
 
@@ -175,73 +276,3 @@ def _stage_counter(out: ExportTrace, report: Report) -> None:
         if i + 1 == len(edges) or edges[i + 1][0] != t:  # one point per instant, after all its edges
             busy = sum(1 for v in depth.values() if v > 0)
             out.counters.append(CounterPoint(track, t, busy / len(stages)))
-
-
-def to_proto(trace: ExportTrace) -> bytes:
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
-    from perfetto.trace_builder.proto_builder import TraceProtoBuilder
-
-    builder = TraceProtoBuilder()
-    for i, track in enumerate(trace.tracks):
-        packet = builder.add_packet()
-        packet.trusted_packet_sequence_id = SEQUENCE_ID
-        if i == 0:
-            packet.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        desc = packet.track_descriptor
-        desc.uuid, desc.name = track.uuid, track.name
-        if track.parent is not None:
-            desc.parent_uuid = track.parent
-        if track.counter:
-            desc.counter.SetInParent()
-    for ts, _, kind, item in _events(trace):
-        packet = builder.add_packet()
-        packet.timestamp, packet.trusted_packet_sequence_id = ts, SEQUENCE_ID
-        event = packet.track_event
-        event.track_uuid = item.track
-        if kind == "counter":
-            event.type, event.double_counter_value = TrackEvent.TYPE_COUNTER, item.value
-        elif kind == "end":
-            event.type = TrackEvent.TYPE_SLICE_END
-        else:
-            event.type, event.name = TrackEvent.TYPE_SLICE_BEGIN, item.name
-            for name, value in item.args:
-                ann = event.debug_annotations.add()
-                ann.name = name
-                if isinstance(value, int):
-                    ann.int_value = value
-                else:
-                    ann.string_value = str(value)
-    return builder.serialize()
-
-
-def _events(trace: ExportTrace) -> list[tuple[int, tuple, str, object]]:
-    """Events in time order; at one instant, ends (inner first) before begins (outer first), so slices nest."""
-    events: list[tuple[int, tuple, str, object]] = []
-    for i, s in enumerate(trace.slices):
-        events.append((s.start_ns, (1, -s.end_ns, i), "begin", s))
-        events.append((s.end_ns, (0, -s.start_ns, -i), "end", s))
-    events += [(c.ts_ns, (2, 0, i), "counter", c) for i, c in enumerate(trace.counters)]
-    return sorted(events, key=lambda e: (e[0], e[1]))
-
-
-def to_chrome_json(trace: ExportTrace) -> str:
-    """The same tracks as Chrome JSON: top-level tracks are processes, their children threads. Times are µs from
-    the earliest event (a double cannot hold epoch nanoseconds exactly); ``otherData.origin_ns`` says where."""
-    times = [s.start_ns for s in trace.slices] + [c.ts_ns for c in trace.counters]
-    origin = min(times, default=0)
-    pids = {t.uuid: i + 1 for i, t in enumerate(x for x in trace.tracks if x.parent is None)}
-    where = {t.uuid: (pids[t.parent], t.uuid) if t.parent is not None else (pids[t.uuid], 0) for t in trace.tracks}
-    events: list[dict] = []
-    for t in trace.tracks:
-        pid, tid = where[t.uuid]
-        meta = ("thread_name", tid) if t.parent is not None else ("process_name", 0)
-        events.append({"ph": "M", "name": meta[0], "pid": pid, "tid": meta[1], "args": {"name": t.name}})
-    for s in trace.slices:
-        pid, tid = where[s.track]
-        events.append({"ph": "X", "name": s.name, "pid": pid, "tid": tid, "ts": (s.start_ns - origin) / 1000,
-                       "dur": (s.end_ns - s.start_ns) / 1000, "args": dict(s.args)})
-    names = {t.uuid: t.name for t in trace.tracks}
-    events += [{"ph": "C", "name": names[c.track], "pid": where[c.track][0], "tid": 0,
-                "ts": (c.ts_ns - origin) / 1000, "args": {"value": c.value}} for c in trace.counters]
-    body = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"origin_ns": origin}}
-    return json.dumps(body, separators=(",", ":")) + "\n"

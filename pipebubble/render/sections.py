@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pipebubble.render import collectives, gputime
-from pipebubble.render.cells import Table, bar, ms, num, pct, signed_pct, time  # renderers take Table, ms here
+from pipebubble.render.cells import Table, bar, ms, num, pct, share, signed_pct, time  # renderers take Table, ms here
 from pipebubble.report import Report, Wait, ms4
 
 TOP_WAITS = 10
@@ -17,12 +17,12 @@ TOP_WAITS = 10
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
 # this order. "facts" (what was read, the job's notes, then the pipeline's header lines), the facts of
 # "timeline", "collectives", "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws
-# it, text and Markdown have the table) and "legend" (what each utilization figure shown means) are drawn by
-# each renderer in its own way; the rest are tables (see ``table``).
-SECTIONS = ("facts", "timeline", "stages", "waits", "recommendations", "collectives", "collective_ranks",
+# it, text and Markdown have the table), "stage_bars" (the same per stage, HTML only) and "legend" (what each
+# utilization figure shown means) are drawn by each renderer in its own way; the rest are tables (see ``table``).
+SECTIONS = ("facts", "timeline", "stages", "stage_bars", "waits", "recommendations", "collectives", "collective_ranks",
             "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle", "gpu_steps",
             "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
-DRAWN = frozenset({"facts", "timeline", "collectives", "interference", "gpu_bars", "host", "legend"})
+DRAWN = frozenset({"facts", "timeline", "stage_bars", "collectives", "interference", "gpu_bars", "host", "legend"})
 
 # What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
 LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",
@@ -60,6 +60,45 @@ def header(report: Report, unit: str = "ms") -> list[str]:
     return lines + [f"note: {n}" for n in p.notes]
 
 
+def headline(report: Report, unit: str = "ms") -> list[tuple[str, str, bool]]:
+    """The numbers a reader wants first, as (value, what it is, whether it misses a target): the pipeline's
+    bubble, utilization, step and best what-if; serving's time between tokens against the SLO; the collectives'
+    wait and straggler; the most idle GPU. Each read from the report as every other format shows it."""
+    cards: list[tuple[str, str, bool]] = []
+    p = report.pipeline
+    if p is not None:
+        cards += [(pct(p.bubble_fraction), "bubble, measured", False)]
+        cards += [(pct(p.theoretical_bubble_fraction), "bubble in theory", False)] \
+            if p.theoretical_bubble_fraction is not None else []
+        cards += [(pct(1 - p.bubble_fraction), "utilization (1 − bubble)", False)]
+        cards += [(f"{time(p.step_time_ns, unit)} {unit}", "step", False)] if p.step_time_ns else []
+        best = max(p.recommendations, key=lambda r: r.speedup, default=None)
+        cards += [(f"{best.speedup:.2f}x", f"best what-if: {best.label.split(' → ')[0]}", False)] if best else []
+        cards += [(f"${num(p.idle_cost_per_hour)}/h", "idle cost", False)] if p.idle_cost_per_hour is not None else []
+    cards += _serving_cards(report)
+    c = report.collectives
+    if c is not None:
+        cards += [(f"{time(c.waited_ns, unit)} {unit}", "collective wait, all ranks", False)]
+        cards += [(f"rank {c.straggler}", "straggler", False)] if c.straggler is not None else []
+    rows = gputime.whole(report)
+    idlest = max(rows, key=lambda b: b.idle_ns / b.window_ns if b.window_ns else 0.0, default=None)
+    cards += [(share(idlest.idle_ns, idlest.window_ns), f"idle, most idle GPU ({idlest.lane})", False)] \
+        if idlest is not None else []
+    return cards or [(f"{len(report.lanes):,}", "lanes", False), (f"{report.ingest.spans:,}", "spans", False)]
+
+
+def _serving_cards(report: Report) -> list[tuple[str, str, bool]]:
+    it = report.interference
+    if it is None:
+        return []
+    missed = slo_missed(report)
+    slo = f" (SLO {num(it.tbt_slo_ms)} ms)" if it.tbt_slo_ms is not None else ""
+    cards = [(f"{num(ms4(v))} ms", f"time between tokens, {k}{slo}" + (": missed" if k in missed else ""),
+              k in missed) for k, v in (it.tbt_ns or {}).items() if v is not None]
+    return cards + ([(f"{it.decode_slowdown_when_mixed:.2f}x", "decode slowdown when mixed", False)]
+                    if it.decode_slowdown_when_mixed is not None else [])
+
+
 def job_notes(report: Report) -> list[str]:
     """What the job is (a pipeline or not, and why; one rank of many; a straggler), as the analysis wrote it."""
     return [f"note: {n}" for n in report.notes]
@@ -81,12 +120,23 @@ def _excess(excess: float | None, causes: dict[str, float]) -> str:
     return f" (excess {pct(excess)}" + (f": {parts})" if parts else ")")
 
 
+#: The stage table's columns after its name: (header, Stage field); busy and the three idle parts add up to the
+#: stage's window (``Stage``: idle = |W| − busy = fill + drain + steady), and comm is a part of that idle.
+STAGE_PARTS = (("busy", "busy_ns"), ("+ fill", "fill_ns"), ("+ drain", "drain_ns"), ("+ steady idle", "steady_idle_ns"))
+
+
 def stage_table(report: Report, bar_width: int = 10, unit: str = "ms") -> Table:
-    rows = [[_stage_name(st.stage, st.name),
-             *(time(v, unit) for v in (st.busy_ns, st.comm_ns, st.fill_ns, st.drain_ns, st.steady_idle_ns)),
-             f"{pct(st.utilization)} {bar(st.utilization, bar_width)}"] for st in report.stages]
-    return Table(f"Stages ({unit} over the step windows W; utilization = compute / |W|)",
-                 ["stage", "busy", "comm", "fill", "drain", "steady idle", "utilization"], rows, frozenset(range(1, 6)))
+    """Busy + fill + drain + steady idle = the stage's window (every column read from the Stage; the window is
+    its busy and idle, ``Stage.idle_ns``); comm is the part of that idle spent communicating, so it is shown
+    beside the window, not added to it. ``bar_width`` 0: no text bar after the utilization."""
+    rows = [[_stage_name(st.stage, st.name), *(time(getattr(st, key), unit) for _, key in STAGE_PARTS),
+             time(st.busy_ns + st.idle_ns, unit), time(st.comm_ns, unit),
+             pct(st.utilization) + (f" {bar(st.utilization, bar_width)}" if bar_width else "")]
+            for st in report.stages]
+    columns = ["stage", *(head for head, _ in STAGE_PARTS), "= window", "comm in idle", "utilization"]
+    return Table(f"Stages ({unit} over the step windows W: busy + fill + drain + steady idle = window; comm in idle:"
+                 " the part of that idle spent communicating, not added again; utilization = busy / |W|)",
+                 columns, rows, frozenset(range(1, 8)), drop=("= window", "comm in idle"))
 
 
 def _stage_name(stage: int, name: str) -> str:
@@ -104,7 +154,27 @@ def wait_table(report: Report, origin_ns: int, unit: str = "ms") -> Table:
              w.after or "-", *([_rank(w.waited_for)] if blame else [])] for w in shown]
     title = f"Biggest waits (top {len(shown)} of {len(report.waits)})"
     return Table(title, ["where", f"at {unit}", unit, "cause", "before", "after", *(["waited for"] if blame else [])],
-                 rows, frozenset({1, 2}))
+                 rows, frozenset({1, 2}), drop=("before", f"at {unit}"))
+
+
+#: What each wait cause means (``analysis/waits.py``, ``analysis/collectives.py``), for tooltips and legends.
+CAUSES = {"fill": "before the stage's first compute of the step (pipeline fill)",
+          "drain": "after the stage's last compute of the step (pipeline drain)",
+          "upstream": "the next forward waited for its activation from the stage before",
+          "downstream": "the next backward waited for its gradient from the stage after",
+          "sync": "a host synchronize overlapped the gap", "comm": "communication covered most of the gap",
+          "host": "its launching thread was busy (launch-bound)",
+          "collective": "spun in a collective until the last rank arrived", "unknown": "no cause found"}
+
+
+def wait_peer(w: Wait) -> str:
+    """Whom a wait waited for, as its cause says: the stage before (upstream) or after (downstream), or the
+    rank that arrived last at the collective; "" when the cause names no one."""
+    if w.waited_for is not None:
+        return f"rank {w.waited_for}"
+    if w.stage is not None and w.cause in ("upstream", "downstream"):
+        return f"s{w.stage - 1 if w.cause == 'upstream' else w.stage + 1}"
+    return ""
 
 
 def _where(w: Wait) -> str:
@@ -129,7 +199,7 @@ def recommendation_table(report: Report, unit: str = "ms") -> Table:
             for r in recs]
     return Table("What if (simulated from the measured stage times)",
                  ["change", "schedule", "m", "v", f"step {unit}", "bubble", "speedup", "note"], rows,
-                 frozenset({2, 3, 4, 5, 6}), notes)
+                 frozenset({2, 3, 4, 5, 6}), notes, drop=("schedule",))
 
 
 def _replay(report: Report, unit: str = "ms") -> str:
@@ -178,9 +248,25 @@ def interference_facts(report: Report) -> list[str]:
     facts += [f"{text}: {num(value)}{unit}" for value, text, unit in simple if value is not None]
     if it.tbt_ns is not None:
         facts.append("time between tokens: " + ", ".join(f"{k} {num(ms4(v))} ms" for k, v in it.tbt_ns.items()))
+    missed = slo_missed(report)
+    if missed:
+        facts.append(f"{SLO_MISSED}: {', '.join(f'{k} {num(ms4(v))} ms' for k, v in missed.items())} over"
+                     f" {num(it.tbt_slo_ms)} ms")
     if it.gpu_idle_between_steps_ns is not None:
         facts.append(f"GPU idle between steps: {ms(it.gpu_idle_between_steps_ns)} ms")
     return facts
+
+
+SLO_MISSED = "TBT SLO missed"  # how the serving fact of a missed target starts (HTML highlights it)
+
+
+def slo_missed(report: Report) -> dict[str, float]:
+    """The time-between-tokens quantiles over the ``--tbt-slo`` target, as the report holds them (none when no
+    target was given or every quantile meets it)."""
+    it = report.interference
+    if it is None or it.tbt_slo_ms is None or not it.tbt_ns:
+        return {}
+    return {k: v for k, v in it.tbt_ns.items() if v is not None and v > it.tbt_slo_ms * 1_000_000}
 
 
 #: A step's two clocks and the lag between them, shown when some step launched GPU work.
@@ -197,7 +283,7 @@ def step_table(report: Report) -> Table:
             + [num(ms4((getattr(c, attr) or {}).get("p50"))) for _, attr in parts] for c in ran]
     heads = ["class", *qs, *(head for head, _ in parts)]
     return Table("Step time by class (ms; max of the CPU range and its GPU work)", heads, rows,
-                 frozenset(range(1, len(heads))))
+                 frozenset(range(1, len(heads))), drop=("lag p50", "cpu p50"))
 
 
 def episode_table(report: Report, origin_ns: int) -> Table:
@@ -205,7 +291,8 @@ def episode_table(report: Report, origin_ns: int) -> Table:
     rows = [[ms(e.start_ns - origin_ns) if e.start_ns is not None else "-", ms(e.dur_ns), e.cls or "-",
              num(e.prefill_tokens), num(e.decode_requests), _times(e.slowdown)] for e in eps]
     return Table("Worst interference episodes", ["at ms", "ms", "class", "prefill tokens", "decode reqs",
-                                                 "slowdown"], rows, frozenset({0, 1, 3, 4, 5}))
+                                                 "slowdown"], rows, frozenset({0, 1, 3, 4, 5}),
+                 drop=("decode reqs", "prefill tokens"))
 
 
 def _times(x: float | None) -> str:
@@ -223,7 +310,7 @@ def lane_table(report: Report, limit: int | None = None, unit: str = "ms") -> Ta
     notes = (f"{hidden:,} more lanes not shown: {every}",) if hidden else ()
     return Table("Lanes (busy = union of work; window = first to last busy instant; idle = 1 − busy / window)",
                  ["lane", "kind", f"busy {unit}", f"idle {unit}", f"window {unit}", "idle"], rows,
-                 frozenset({2, 3, 4, 5}), notes)
+                 frozenset({2, 3, 4, 5}), notes, drop=("kind", f"window {unit}", f"idle {unit}"))
 
 
 def ingest_lines(report: Report, warnings: bool = True) -> list[str]:

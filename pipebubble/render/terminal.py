@@ -10,29 +10,33 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pipebubble.render import collectives, gputime, sections, timeline
+from pipebubble.render import cells, collectives, gputime, sections, timeline
 from pipebubble.render.sections import Table as Section
 from pipebubble.report import Report
 
 NARROW = 100  # below this width the utilization bars get shorter
+NO_BARS = 80  # and below this, the terminal has no room for them
 TERMINAL_LANES = 200  # lane rows in the terminal; every lane is in the documents and the JSON
 TERMINAL_RANKS = 64  # rank rows of the collectives table (the latest first); every rank is in the documents
 TERMINAL_GPUS = 64  # GPU rows of the GPU time and idle tables; every GPU is in the documents and the CSV
 TERMINAL_STEPS = 32  # rows of the per-step GPU time table (the first GPUs' steps)
 INDENT = "  "  # a folded line's continuation
-CUT = frozenset({"before", "after", "change", "call", "kernel", "range"})  # long names, cut with an ellipsis
-FOLD = frozenset({"lane", "gpu"})  # lane names must stay whole: they fold onto more lines instead
-FOLD_MIN = 16  # the fewest columns a folding column keeps
-MIN_CUT = 12
-CUT_WANT = 20  # a cut column with less room than this gets the headers stacked to widen it
+# long names, cut in the middle with an ellipsis (the end tells "interleaved_1f1b v=2" from "... v=4")
+CUT = frozenset({"before", "after", "change", "call", "kernel", "range", "schedule"})
+FOLD = frozenset({"lane", "gpu"})  # lane names: cut in the middle only as far as they stay apart, else folded
+FOLD_MIN = 16  # the fewest columns a lane name is cut to
+MIN_CUT = 12  # the fewest columns a name is cut to
+CUT_WANT = 20  # the columns a name keeps before the table leaves out its least useful columns
 GAP = 3  # columns between two table columns: padding, the (blank) rule, padding
+NARROW_GAP = 2  # the same without the left padding, for a table that would not fit otherwise
 # The pieces a line folds between: a number with the word after it (its unit) and the word before it (what it
 # counts) stays whole ("step 360.05 ms,", "comm 0.4%,", "p=4 stages,"); anything else is a word. Each piece
 # keeps the blanks after it.
@@ -75,42 +79,101 @@ def prose(lines: list[str], width: int, style: str = "") -> Text:
 
 def table(section: Section, width: int) -> RenderableType:
     # the title is prose above the table (rich would fold it to the table's width, mid-phrase)
-    out = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False)
-    section, dropped = fit(section, width)
-    cut_width = _cut_width(section, width)
+    fitted = fit(section, width)
+    section = fitted.section
+    out = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False,
+                padding=(0, 1) if fitted.gap == GAP else (0, 1, 0, 0))
     for i, col in enumerate(section.columns):
-        # names of kernels and passes can be long: cut them to one line; a lane name must stay whole, so it folds
-        cut = col in CUT
-        out.add_column(col, justify="right" if i in section.numeric else "left", no_wrap=col not in FOLD,
-                       overflow="ellipsis" if cut else "fold", max_width=cut_width if cut else None,
-                       min_width=_least(section, i) if col in FOLD else None)
+        # names arrive cut to their width (in the middle); only a lane name too long even so folds
+        out.add_column(col, justify="right" if i in section.numeric else "left", no_wrap=_kind(col) != "key",
+                       overflow="fold", max_width=fitted.widths[i])
     for row in section.rows:
         out.add_row(*row)
     title = prose([section.title], width, "italic")
-    left_out = [f"not shown at {width} columns: {', '.join(dropped)} (a wider --width, markdown or html shows"
-                " them)"] if dropped else []
+    left_out = [f"not shown at {width} columns: {', '.join(fitted.dropped)} (a wider --width, markdown or html"
+                " shows them)"] if fitted.dropped else []
     notes = [*sections.footnotes(section), *left_out]
     return Group(title, out, *([prose(notes, width, "dim")] if notes else []))
 
 
-def fit(section: Section, width: int) -> tuple[Section, list[str]]:
-    """``section`` as it fits ``width`` columns without cutting a number: when too wide, or when it would leave
-    a cut column (a kernel's name) fewer than CUT_WANT columns, headers of several words stacked on two lines
-    ("total" over "ms"); then, while still too wide, the rightmost columns left out (named in the list)."""
-    if _fits(section, len(section.columns), width) and _cut_room(section, width) >= CUT_WANT:
-        return section, []
-    section = replace(section, columns=[_stacked(col) for col in section.columns])
-    kept = len(section.columns)
-    while kept > 1 and not _fits(section, kept, width):
-        kept -= 1
-    dropped = [col.replace("\n", " ") for col in section.columns[kept:]]
-    return replace(section, columns=section.columns[:kept], rows=[row[:kept] for row in section.rows],
-                   numeric=frozenset(i for i in section.numeric if i < kept)), dropped
+@dataclass(frozen=True)
+class Fit:
+    """A table as it fits: its columns (headers perhaps stacked, names cut in the middle), those left out, the
+    blanks between two columns and each column's widest (None: its widest cell)."""
+
+    section: Section
+    dropped: list[str]
+    gap: int = GAP
+    widths: tuple[int | None, ...] = ()
+
+
+def fit(section: Section, width: int) -> Fit:
+    """``section`` as it fits ``width`` columns without cutting a number or wrapping a row: as it is when it
+    fits; else with names cut in the middle, down to CUT_WANT; then also with headers of several words stacked
+    ("total" over "ms"), the gap between columns narrowed and the table's least useful columns left out
+    (``Table.drop``, named in the list); then names cut to MIN_CUT and lane names to the fewest columns that
+    keep them apart; only then the rightmost columns. A lane name that fits none of that folds."""
+    if _fits(section, width, GAP, tight=False, natural=True):
+        return Fit(section, [], GAP, (None,) * len(section.columns))
+    if _fits(section, width, GAP, tight=False):
+        return _shortened(section, [], width, GAP, False)
+    stacked = replace(section, columns=[_stacked(col) for col in section.columns])
+    for gap, tight, cut in _tries(stacked):
+        kept = _without(stacked, cut)
+        if _fits(kept, width, gap, tight):
+            return _shortened(kept, cut, width, gap, tight)
+    return _shortened(_without(stacked, stacked.columns[1:]), stacked.columns[1:], width, NARROW_GAP, True)
+
+
+def _tries(section: Section) -> Iterator[tuple[int, bool, list[str]]]:
+    """(gap, tight, columns left out), in the order of preference."""
+    heads = {col.replace("\n", " "): col for col in section.columns}
+    drop = [heads[name] for name in section.drop if name in heads]
+    yield GAP, False, []
+    for tight in (False, True):
+        for count in range(len(drop) + 1):
+            yield NARROW_GAP, tight, drop[:count]
+    rest = [col for col in section.columns[1:] if col not in drop]
+    for count in range(1, len(rest) + 1):
+        yield NARROW_GAP, True, drop + rest[len(rest) - count:]
+
+
+def _without(section: Section, cut: list[str]) -> Section:
+    keep = [i for i, col in enumerate(section.columns) if col not in cut]
+    return replace(section, columns=[section.columns[i] for i in keep],
+                   rows=[[row[i] for i in keep] for row in section.rows],
+                   numeric=frozenset(n for n, i in enumerate(keep) if i in section.numeric))
+
+
+def _shortened(section: Section, cut: list[str], width: int, gap: int, tight: bool) -> Fit:
+    """The fitted table: each name column gets an equal share of what the others leave (at least its least
+    width), its cells cut in the middle to it; lane names are cut only when tight."""
+    least = [_least(section, i, tight) for i in range(len(section.columns))]
+    names = [i for i, col in enumerate(section.columns) if _kind(col) == "name" and least[i] < _widest(section, i)]
+    room = width - sum(least) - gap * (len(least) - 1)
+    widths: list[int | None] = [None] * len(least)
+    for n, i in enumerate(sorted(names, key=lambda i: _widest(section, i))):  # the narrowest take their fill
+        widths[i] = min(_widest(section, i), least[i] + room // (len(names) - n))
+        room -= widths[i] - least[i]
+    for i, col in enumerate(section.columns):
+        if _kind(col) == "key" and least[i] < _widest(section, i):
+            widths[i] = least[i]
+    rows = [[cells.shorten(cell, widths[i]) if widths[i] else cell for i, cell in enumerate(row)]
+            for row in section.rows]
+    return Fit(replace(section, rows=rows), [col.replace("\n", " ") for col in cut], gap, tuple(widths))
+
+
+def _kind(col: str) -> str:
+    """``name`` for a column of names cut in the middle, ``key`` for lane names (cut only to keep the table
+    within the width, never so far that two look alike), else ``value`` (never cut)."""
+    head = col.replace("\n", " ")
+    return "name" if head in CUT else "key" if head in FOLD else "value"
 
 
 def _stacked(col: str) -> str:
+    """The last word under the rest; a lone sign stays with its word (``+ fill``)."""
     head, sep, tail = col.rpartition(" ")
-    return f"{head}\n{tail}" if sep else col
+    return f"{head}\n{tail}" if sep and len(head) > 1 else col
 
 
 def _widest(section: Section, i: int) -> int:
@@ -119,30 +182,26 @@ def _widest(section: Section, i: int) -> int:
                for part in text.split("\n"))
 
 
-def _least(section: Section, i: int) -> int:
-    """The fewest columns column ``i`` needs: its widest cell, except that a cut column can shrink to MIN_CUT
-    and a folding one to FOLD_MIN."""
-    col = section.columns[i]
-    return min(_widest(section, i), MIN_CUT if col in CUT else FOLD_MIN if col in FOLD else 1 << 30)
+def _least(section: Section, i: int, tight: bool) -> int:
+    """The fewest columns column ``i`` takes: a name CUT_WANT (MIN_CUT when tight), a lane name its widest cell
+    (when tight, the fewest that keep every lane's name apart, at least FOLD_MIN), anything else its widest."""
+    widest, kind = _widest(section, i), _kind(section.columns[i])
+    if kind == "name":
+        return min(widest, MIN_CUT if tight else CUT_WANT)
+    if kind == "key" and tight:
+        values = [row[i] for row in section.rows]
+        return next((w for w in range(FOLD_MIN, widest) if _apart(values, w)), widest)
+    return widest
 
 
-def _fits(section: Section, columns: int, width: int) -> bool:
-    return sum(_least(section, i) for i in range(columns)) + GAP * (columns - 1) <= width
+def _apart(values: list[str], width: int) -> bool:
+    return len({cells.shorten(v, width) for v in values}) == len(set(values))
 
 
-def _cut_room(section: Section, width: int) -> int:
-    """What the other columns (at their widest cell) and the gaps leave of ``width`` to each cut column."""
-    cut = sum(col in CUT for col in section.columns)
-    if not cut:
-        return width
-    fixed = sum(_widest(section, i) for i, col in enumerate(section.columns) if col not in CUT)
-    return (width - fixed - GAP * (len(section.columns) - 1)) // cut
-
-
-def _cut_width(section: Section, width: int) -> int:
-    """The widest a cut column may be: an equal share of what the other columns (at their widest cell) and
-    the gaps between columns leave of ``width``, at most a quarter of it and at least MIN_CUT."""
-    return max(min(_cut_room(section, width), width // 4), MIN_CUT)
+def _fits(section: Section, width: int, gap: int, tight: bool, natural: bool = False) -> bool:
+    columns = range(len(section.columns))
+    need = sum(_widest(section, i) if natural else _least(section, i, tight) for i in columns)
+    return need + gap * (len(section.columns) - 1) <= width
 
 
 def timeline_block(report: Report, width: int, *, step: int | None, window: tuple[int, int] | None,
@@ -151,7 +210,11 @@ def timeline_block(report: Report, width: int, *, step: int | None, window: tupl
     title = "Timeline" + (f" (step {step})" if step is not None else "") + (
         f" ({sections.ms(grid.start_ns - grid.origin_ns)} to {sections.ms(grid.end_ns - grid.origin_ns)} ms)"
         if window is not None else "")
-    lines = [Text(title, style="bold")] + [_row_text(row, grid.label_width) for row in grid.rows]
+    lines = [Text(title, style="bold")]
+    for row in grid.rows:
+        lines.append(_row_text(row, grid.label_width))
+        if row.numbers:
+            lines.append(Text(" " * (grid.label_width + 2) + row.numbers, style="dim", no_wrap=True, overflow="crop"))
     lines.append(Text(" " * (grid.label_width + 2) + grid.axis, no_wrap=True, overflow="crop"))
     lines.append(prose([timeline.legend(grid)], width, "dim"))
     return Group(*lines)
@@ -219,10 +282,11 @@ def renderable(report: Report, width: int, *, step: int | None = None, window: t
              "timeline": lambda: [timeline_block(report, width, step=step, window=window, lanes=lanes)]
              if report.timeline else [],
              "collectives": lambda: collectives_block(report, width, unit),
-             "interference": lambda: interference_block(report, width), "gpu_bars": list,
+             "interference": lambda: interference_block(report, width), "gpu_bars": list, "stage_bars": list,
              "host": lambda: host_block(report, width, unit), "legend": lambda: legend_block(report, width)}
-    layout = sections.Layout(unit, top, bar_width=10 if width >= NARROW else 5, lane_limit=TERMINAL_LANES,
-                             rank_limit=TERMINAL_RANKS, gpu_limit=TERMINAL_GPUS, step_limit=TERMINAL_STEPS)
+    bars = 10 if width >= NARROW else 5 if width >= NO_BARS else 0
+    layout = sections.Layout(unit, top, bar_width=bars, lane_limit=TERMINAL_LANES, rank_limit=TERMINAL_RANKS,
+                             gpu_limit=TERMINAL_GPUS, step_limit=TERMINAL_STEPS)
     parts: list[RenderableType] = []
     for kind, section in sections.walk(report, timeline.origin(report), layout):
         parts += [table(section, width)] if section is not None else drawn[kind]()
@@ -236,7 +300,7 @@ def _spaced(parts: list[RenderableType]) -> list[RenderableType]:
     return out[:-1]
 
 
-def render(report: Report, width: int = 100, *, color: bool = False, step: int | None = None,
+def render(report: Report, width: int = 80, *, color: bool = False, step: int | None = None,
            window: tuple[int, int] | None = None, lanes: bool = False, unit: str = "ms",
            top: int = gputime.TOP) -> str:
     """The terminal text: ANSI colour when ``color``, otherwise plain characters; no line wider than ``width``."""

@@ -1,9 +1,11 @@
 """The timeline as a grid of characters, shared by the terminal, Markdown and HTML renderers.
 
 Each row is one stage (or one lane), each column a time bucket. A bucket shows the phase that filled most of
-it, or idle when nothing did; the first cells of a pass carry its letter and micro-batch number and the rest
-repeat the letter in lower case, so plain text reads without colour (``F3ffB3bbb``). This is a projection of
-the report's segments onto a grid, not analysis: every number comes from the Report.
+it, or idle when nothing did; a pass starts with its capital letter and the rest repeats it in lower case, so
+plain text reads without colour. When every pass has room, its first cells carry its micro-batch number too
+(``F3ffB3bbb``); when some would not, the numbers move to a line under the row, on every k-th pass, k the
+fewest that keeps them apart, and the legend says k and the ``--window`` that would show them all. This is a
+projection of the report's segments onto a grid, not analysis: every number comes from the Report.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipebubble.render.cells import shorten
 from pipebubble.report import Report, Segment
 
 IDLE = "·"
@@ -25,7 +28,10 @@ PHASES = {  # phase: (letter, legend text, rich style)
     "other": ("o", "other", "black on grey62"),
 }
 IDLE_STYLE = "grey42"
-LABEL_MAX = 16  # a lane name longer than this is cut from the left: its tail (stream, gpu) tells lanes apart
+LABEL_MAX = 16  # a lane name longer than this is cut in the middle: its rank first, its tail (stream, tid) last
+EVERY_MAX = 12  # the most passes between two numbered ones on a number line
+SKIP_SHARE = 0.1  # the share of its numbers a number line may leave out where two would touch
+ZOOM_TRIES = 6  # windows tried, widest first, for the --window that numbers every pass
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Row:
     label: str
     cells: str  # one character per column
     phases: tuple[str | None, ...]  # the phase of each column (None = idle), for colour
+    numbers: str = ""  # the micro-batch numbers under the passes they start (blank: in the cells, or none)
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,9 @@ class Grid:
     label_width: int
     numbered: bool = False  # whether any pass shown carries a micro-batch number
     chunked: bool = False  # whether numbers carry a chunk (.c)
+    every: int = 0  # 0: numbers in the cells; k: on a line under each row, every k-th pass
+    gaps: bool = False  # whether a number line left out a number that would have touched the one before
+    zoom: tuple[int, int] | None = None  # a --window (ns from the origin) narrow enough to number every pass
 
     @property
     def column_ns(self) -> int:
@@ -81,7 +91,7 @@ def row_keys(report: Report, lanes: bool) -> list[tuple[str, object]]:
     """(label, key) per row: a segment belongs to a row by its lane (lanes=True) or its stage."""
     if lanes and any(s.lane for s in report.timeline):
         names = sorted({s.lane for s in report.timeline if s.lane}, key=_natural)
-        return [(_cut(n), n) for n in names]
+        return list(zip(lane_labels(names), names, strict=True))
     stages = {st.stage for st in report.stages} | {s.stage for s in report.timeline}
     return [(f"s{i}", i) for i in sorted(stages)]
 
@@ -91,14 +101,29 @@ def _natural(name: str) -> list[object]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _cut(name: str) -> str:
-    name = name.replace("rank", "r").replace("stream", "s")  # r0/gpu0/s13: short enough to keep the rank
-    return name if len(name) <= LABEL_MAX else "…" + name[-(LABEL_MAX - 1):]
+def lane_labels(names: list[str]) -> list[str]:
+    """Row labels for lanes: ``rank0/gpu0/stream7`` reads ``r0/gpu0/s7``; one longer than LABEL_MAX keeps its
+    rank and its last part (``r0/…/tid12565``), or is cut in the middle; a label two lanes would share grows
+    until they differ."""
+    short = [name.replace("rank", "r").replace("stream", "s") for name in names]
+    for limit in range(LABEL_MAX, max(map(len, short), default=0) + 1):
+        labels = [_cut(name, limit) for name in short]
+        if len(set(labels)) == len(set(short)):
+            return labels
+    return short
+
+
+def _cut(name: str, limit: int) -> str:
+    if len(name) <= limit:
+        return name
+    parts = name.split("/")
+    ends = f"{parts[0]}/…/{parts[-1]}"
+    return ends if len(parts) > 2 and len(ends) <= limit else shorten(name, limit)
 
 
 def build(report: Report, width: int, *, step: int | None = None, window: tuple[int, int] | None = None,
           lanes: bool = False) -> Grid:
-    """A grid whose rows are ``label │cells│`` and fit in ``width`` characters."""
+    """A grid whose rows are ``label │cells│`` (each perhaps with its number line) and fit in ``width``."""
     start, end = select_window(report, step, window)
     keys = row_keys(report, lanes)
     label_width = max((len(label) for label, _ in keys), default=2)
@@ -109,15 +134,131 @@ def build(report: Report, width: int, *, step: int | None = None, window: tuple[
         if key in by_row and seg.end_ns > start and seg.start_ns < end:
             by_row[key].append(seg)
     chunked = report.pipeline is not None and report.pipeline.chunks > 1
-    rows = [_row(label, by_row[key], start, end, columns, chunked) for label, key in keys]
+    rows, every, gaps = _layout(keys, by_row, start, end, columns, chunked)
     present = {p for row in rows for p in row.phases if p}
     base = origin(report)
     numbered = any(seg.microbatch is not None for segs in by_row.values() for seg in segs)
+    zoom = _zoom(keys, by_row, start, end, columns, chunked, every, gaps) if numbered and every else None
     return Grid(start, end, base, rows, axis(start - base, end - base, columns),
-                [p for p in PHASES if p in present], label_width, numbered, chunked)
+                [p for p in PHASES if p in present], label_width, numbered, chunked, every if numbered else 0,
+                gaps and numbered, None if zoom is None else (zoom[0] - base, zoom[1] - base))
 
 
-def _row(label: str, segments: list[Segment], start: int, end: int, columns: int, chunked: bool) -> Row:
+def _layout(keys: list[tuple[str, object]], by_row: dict[object, list[Segment]], start: int, end: int,
+            columns: int, chunked: bool) -> tuple[list[Row], int, bool]:
+    """The rows; k: 0 when every pass has room for its number, else every how many passes a number line
+    numbers one; and whether a number line left some out."""
+    runs = [_runs(by_row[key], start, end, columns) for _, key in keys]
+    segments = [by_row[key] for _, key in keys]
+    inline = all(_all_fit(r, segs, chunked) for r, segs in zip(runs, segments, strict=True))
+    starts = [_starts(r, segs, chunked) for r, segs in zip(runs, segments, strict=True)]
+    every, gaps = (0, False) if inline else _every(starts, columns)
+    rows = [_row(label, r, segs, chunked, inline, every, columns)
+            for r, segs, (label, _) in zip(runs, segments, keys, strict=True)]
+    return rows, every, gaps
+
+
+def _zoom(keys: list[tuple[str, object]], by_row: dict[object, list[Segment]], start: int, end: int, columns: int,
+          chunked: bool, every: int, gaps: bool) -> tuple[int, int] | None:
+    """The widest window from ``start``, 1, 2 or 5 × 10^k ns long, at most 1/``every`` of the view (half when
+    only a few numbers were left out), in which every pass shown gets its number (None: numbers are on every
+    pass already, or none of ZOOM_TRIES windows does it)."""
+    if every == 1 and not gaps:
+        return None
+    length = max((end - start) // max(every, 2), 1)
+    nice = sorted({m * 10**k for k in range(len(str(length))) for m in (1, 2, 5) if m * 10**k <= length})
+    for size in nice[::-1][:ZOOM_TRIES]:
+        inside = {key: [s for s in segs if s.end_ns > start and s.start_ns < start + size]
+                  for key, segs in by_row.items()}
+        _, k, left_out = _layout(keys, inside, start, start + size, columns, chunked)
+        if k == 0 or (k == 1 and not left_out):
+            return start, start + size
+    return None
+
+
+#: A run of columns one segment (or none) owns: (first column, length, phase, index into the row's segments).
+Run = tuple[int, int, str | None, int | None]
+
+
+def _runs(segments: list[Segment], start: int, end: int, columns: int) -> list[Run]:
+    phases, owners = _buckets(segments, start, end, columns)
+    runs: list[Run] = []
+    col = 0
+    while col < columns:
+        stop = col + 1
+        while stop < columns and phases[stop] == phases[col] and owners[stop] == owners[col]:
+            stop += 1
+        runs.append((col, stop - col, phases[col], owners[col] if phases[col] else None))
+        col = stop
+    return runs
+
+
+def _passes(runs: list[Run], segments: list[Segment]) -> dict[int, Run]:
+    """Each numbered pass shown, by segment index: its first run."""
+    found: dict[int, Run] = {}
+    for run in runs:
+        if run[3] is not None and segments[run[3]].microbatch is not None:
+            found.setdefault(run[3], run)
+    return found
+
+
+def _all_fit(runs: list[Run], segments: list[Segment], chunked: bool) -> bool:
+    """Whether every numbered pass shown has room for its letter and number in its first run."""
+    return all(1 + len(_number(segments[i], chunked)) <= run[1] for i, run in _passes(runs, segments).items())
+
+
+def _starts(runs: list[Run], segments: list[Segment], chunked: bool) -> list[tuple[int, str]]:
+    """(column, number) of each numbered pass shown, left to right."""
+    return sorted((run[0], _number(segments[i], chunked)) for i, run in _passes(runs, segments).items())
+
+
+def _every(rows: list[list[tuple[int, str]]], columns: int) -> tuple[int, bool]:
+    """The fewest passes k between two numbered ones that leaves out (a number touching the one before it) at
+    most SKIP_SHARE of the numbers it would write, and whether it leaves out any (EVERY_MAX when no k does)."""
+    for k in range(1, EVERY_MAX + 1):
+        tried = sum(len(starts[::k]) for starts in rows)
+        written = sum(len(_placed(starts[::k], columns)) for starts in rows)
+        if tried - written <= SKIP_SHARE * tried or k == EVERY_MAX:
+            return k, written < tried
+    return EVERY_MAX, True  # not reached: the loop returns at EVERY_MAX
+
+
+def _placed(starts: list[tuple[int, str]], columns: int) -> list[tuple[int, str]]:
+    """The numbers that fit, left to right, each a blank after the one before."""
+    placed, free = [], 0
+    for col, text in starts:
+        if col >= free and col + len(text) <= columns:
+            placed.append((col, text))
+            free = col + len(text) + 1
+    return placed
+
+
+def _number_line(starts: list[tuple[int, str]], every: int, columns: int) -> str:
+    line = [" "] * columns
+    for col, text in _placed(starts[::every], columns):
+        line[col:col + len(text)] = text
+    return "".join(line).rstrip()
+
+
+def _row(label: str, runs: list[Run], segments: list[Segment], chunked: bool, inline: bool, every: int,
+         columns: int) -> Row:
+    cells, seen, previous = [], set(), None
+    for _, length, phase, owner in runs:
+        # a pass starts where its segment first shows, or where a phase no one segment owns begins; a run that
+        # carries on a pass or a phase (cut by a narrower segment) is lower case
+        starts = owner not in seen if owner is not None else phase != previous
+        seg = segments[owner] if owner is not None and inline else None
+        cells.append(IDLE * length if not phase else _run_text(phase, seg, length, chunked, starts))
+        seen.add(owner)
+        previous = phase
+    phases = tuple(phase for _, length, phase, _ in runs for _ in range(length))
+    numbers = _number_line(_starts(runs, segments, chunked), every, columns) if every else ""
+    return Row(label, "".join(cells), phases, numbers)
+
+
+def _buckets(segments: list[Segment], start: int, end: int, columns: int) -> tuple[list[str | None],
+                                                                                   list[int | None]]:
+    """The phase of each column and the index of the segment that owns it (None: idle, or no one segment)."""
     span = end - start
     edges = [start + span * i // columns for i in range(columns + 1)]
     phase_ns: list[dict[str, int]] = [{} for _ in range(columns)]
@@ -135,7 +276,7 @@ def _row(label: str, segments: list[Segment], start: int, end: int, columns: int
     owners = [owner[c][1] if phases[c] and segments[owner[c][1]].phase == phases[c] else None
               for c in range(columns)]
     _keep_short_passes(segments, phases, owners, start, span, columns)
-    return Row(label, _cells(phases, owners, segments, chunked), tuple(phases))
+    return phases, owners
 
 
 def _keep_short_passes(segments: list[Segment], phases: list[str | None], owners: list[int | None], start: int,
@@ -155,27 +296,10 @@ def _winner(tally: dict[str, int], bucket: int) -> str | None:
     return best if best is not None and tally[best] >= idle else None
 
 
-def _cells(phases: list[str | None], owners: list[int | None], segments: list[Segment], chunked: bool) -> str:
-    """Characters: a pass's first cells read ``F12``, the rest ``f``; a lone letter when the label won't fit."""
-    out: list[str] = []
-    col = 0
-    while col < len(phases):
-        phase = phases[col]
-        if phase is None:
-            out.append(IDLE)
-            col += 1
-            continue
-        run = col + 1
-        while run < len(phases) and phases[run] == phase and owners[run] == owners[col]:
-            run += 1
-        seg = segments[owners[col]] if owners[col] is not None else None
-        out.append(_run_text(phase, seg, run - col, chunked))
-        col = run
-    return "".join(out)
-
-
-def _run_text(phase: str, seg: Segment | None, length: int, chunked: bool) -> str:
+def _run_text(phase: str, seg: Segment | None, length: int, chunked: bool, starts: bool = True) -> str:
     letter = PHASES.get(phase, PHASES["other"])[0]
+    if not starts:
+        return letter.lower() * length
     label = letter + _number(seg, chunked) if seg is not None else letter
     if len(label) > length:
         label = letter
@@ -213,6 +337,11 @@ def _nice_step(raw: int) -> int:
         scale *= 10
 
 
+def tick_label(ns: int, tick: int) -> str:
+    """An axis label in ms with the digits a ``tick`` spacing needs (``250``, ``0.5``), no separators."""
+    return _ms(ns, tick)
+
+
 def _ms(ns: int, tick: int) -> str:
     decimals = max(0, 6 - len(str(tick)) + 1) if tick < 1_000_000 else 0
     return f"{ns / 1e6:.{decimals}f}"
@@ -222,14 +351,28 @@ def legend(grid: Grid) -> str:
     parts = [f"{PHASES[p][0]} {PHASES[p][1]}" for p in grid.phases]
     parts.append(f"{IDLE} idle")
     numbers = "a capital starts a pass; "
-    if grid.numbered:
+    if grid.numbered and not grid.every:
         numbers = "F3 = micro-batch 3 starts" + (", F3.1 on chunk 1; " if grid.chunked else "; ")
-    return "   ".join(parts) + f"   ({numbers}one column = {_ms(grid.column_ns, 1000)} ms; axis in ms)"
+    elif grid.numbered:
+        which = ("every pass" if grid.every == 1 else f"every {_ordinal(grid.every)} pass") + \
+            (" with room" if grid.gaps else "")
+        numbers = ("a capital starts a pass; the number under it is its micro-batch"
+                   + (" (.1: chunk 1)" if grid.chunked else "") + f", on {which}; ")
+    text = "   ".join(parts) + f"   ({numbers}one column = {_ms(grid.column_ns, 1000)} ms; axis in ms)"
+    if grid.zoom is not None:
+        text += f"; --window {grid.zoom[0] / 1e6:g}:{grid.zoom[1] / 1e6:g} numbers every pass in its first" \
+                f" {(grid.zoom[1] - grid.zoom[0]) / 1e6:g} ms"
+    return text
+
+
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
 def plain_lines(grid: Grid) -> list[str]:
     """The grid as plain text lines, for Markdown code blocks and the no-colour terminal."""
     pad = grid.label_width
-    lines = [f"{row.label:>{pad}} │{row.cells}│" for row in grid.rows]
+    lines = [line for row in grid.rows for line in [f"{row.label:>{pad}} │{row.cells}│",
+                                                     *([" " * (pad + 2) + row.numbers] if row.numbers else [])]]
     lines.append((" " * (pad + 2) + grid.axis).rstrip())
     return lines
