@@ -1,6 +1,6 @@
 """The profiled child's lifetime: started in its own session, sent our signals, and killed when we die.
 
-Standard library only; the child's environment is made by the runner.
+Standard library only; the child's environment is made by the runner, its output passed on by a relay.
 """
 
 from __future__ import annotations
@@ -14,22 +14,32 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from pipebubble.capture.relay import Relay
 from pipebubble.errors import CaptureError
 
 PR_SET_PDEATHSIG = 1
 
 
-def run(command: Sequence[str], env: dict[str, str]) -> int:
-    """Start the child in its own session, so a terminal Ctrl-C reaches it once, forwarded by us.
+def run(command: Sequence[str], env: dict[str, str], relay: Relay | None = None) -> int:
+    """Start the child in its own session, so a terminal Ctrl-C reaches it once, forwarded by us; its
+    stdout and stderr go through ``relay`` when one is given (else they are ours).
 
     On Linux the child is also killed when this process dies, even by SIGKILL, so no program is left
     running unobserved after a capture that was killed."""
+    stdout, stderr = relay.child_fds if relay is not None else (None, None)
     try:
-        child = subprocess.Popen(list(command), env=env, start_new_session=True, preexec_fn=_die_with_us())
+        child = subprocess.Popen(list(command), env=env, start_new_session=True, preexec_fn=_die_with_us(),
+                                 stdout=stdout, stderr=stderr)
     except OSError as exc:
+        if relay is not None:
+            relay.abandon()
         raise CaptureError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+    if relay is not None:
+        relay.start()
     with _forwarding_signals(child):
         code = child.wait()
+    if relay is not None:
+        relay.finish()
     return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
 
 

@@ -21,7 +21,7 @@ SECRET_WORDS = re.compile(r"key|token|password|passwd|secret", re.IGNORECASE)
 REDACTED = "***"
 
 
-def _portable(command: Sequence[str]) -> list[str]:
+def portable(command: Sequence[str]) -> list[str]:
     # The bundled workloads run under this interpreter; its install path says nothing about the capture.
     return ["python" if arg == sys.executable else arg for arg in command]
 
@@ -69,7 +69,7 @@ def build_metadata(
     first = statuses[0] if statuses else {}
     return {
         "tool": "pipebubble capture",
-        "command": redact(_portable(command)),
+        "command": redact(portable(command)),
         "exit_code": exit_code,
         "mode": options.mode,
         "schedule": {"wait": options.wait, "warmup": options.warmup, "active": options.active},

@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `pipebubble analyze ... | head`: the reader left, nothing went wrong
         sys.stderr.close()
         sys.exit(OK)
+    except OSError as exc:  # a file a command had to read or write and could not: bad input or output
+        if exc.filename is None:
+            _internal_error(exc)
+            sys.exit(INTERNAL)
+        print(f"pipebubble: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 3
         _internal_error(exc)
         sys.exit(INTERNAL)

@@ -8,7 +8,7 @@ import typer
 
 from pipebubble.cli import flags
 from pipebubble.cli.flags import OUTPUT
-from pipebubble.cli.output import console_wants_color, progress, warn, write_text
+from pipebubble.cli.output import check_output, console_wants_color, progress, warn, write_text
 from pipebubble.options import Options, Scale
 from pipebubble.render import formats
 
@@ -25,9 +25,7 @@ def analyze(
         ),
     ] = None,
     output: flags.Output = None,
-    width: Annotated[
-        int | None, typer.Option(help="Columns of text output (default: the terminal's).", rich_help_panel=OUTPUT)
-    ] = None,
+    width: flags.Width = None,
     step: Annotated[int | None, typer.Option(help="Zoom the timeline to this step.", rich_help_panel=OUTPUT)] = None,
     window: Annotated[
         str | None, typer.Option(help="Zoom the timeline to START:END ms from its start.", rich_help_panel=OUTPUT)
@@ -66,21 +64,26 @@ def analyze(
     from pipebubble.ingest import cache
     from pipebubble.run import run
 
+    try:  # the output's name is checked before the traces are read, not after
+        fmt = formats.pick("analyze", format, output)
+        if table is not None and fmt.name != "csv":
+            raise ValueError(f"--table chooses the table of --format csv, not of {fmt.name}")
+        zoom = _window(window)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    check_output("analyze", fmt, output)
     with progress(paths, quiet) as advance:
         report = run(paths, options, scale, on_file=advance)
     # The cache may have turned out unusable only while the report was stored: say so once as well.
     warn([*report.ingest.warnings, *(w for w in cache.warnings() if w not in report.ingest.warnings)])
     try:
-        fmt = formats.pick("analyze", format, output)
-        if table is not None and fmt.name != "csv":
-            raise ValueError(f"--table chooses the table of --format csv, not of {fmt.name}")
         text = fmt.render(report, formats.Options(width=width, color=output is None and console_wants_color(),
-                                                  step=step, window=_window(window), lanes=lanes,
+                                                  step=step, window=zoom, lanes=lanes,
                                                   timeunit=timeunit.value, top=top,
                                                   table=table.value if table is not None else formats.Options.table))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    write_text(text, output)
+    write_text(text, output, quiet)
 
 
 def _window(text: str | None) -> tuple[int, int] | None:

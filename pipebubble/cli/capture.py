@@ -2,29 +2,34 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from pipebubble.cli import flags
+
 EXAMPLES = """Examples:
 
   pipebubble capture -- python train.py --epochs 1
 
-  pipebubble capture --out traces/ddp -- torchrun --nproc-per-node 2 train.py
+  pipebubble capture -o traces/ddp -- torchrun --nproc-per-node 2 train.py
 
   pipebubble capture --mode run -- python -m mypkg.serve
 
-  pipebubble capture --workload pipeline --schedule 1f1b --stages 4 --microbatches 8 --out traces/1f1b
+  pipebubble capture --workload pipeline --schedule 1f1b --stages 4 --microbatches 8 -o traces/1f1b
 
-  pipebubble capture --workload serve --chunked-prefill 256 --out traces/serve --analyze
+  pipebubble capture --workload serve --chunked-prefill 256 -o traces/serve --analyze
 
-  pipebubble capture --workload serve --async --device cuda --out traces/serve_async
+  pipebubble capture --workload serve --async --device cuda -o traces/serve_async
 """
 
 HELP = """Profile an unmodified `python script.py`, `python -m pkg` or `torchrun ...` job (one trace per rank,
 DIR/rank{R}.pt.trace.json.gz, plus DIR/capture.json), or a bundled workload. By default a few optimizer steps
-after a warm-up are profiled; --mode run profiles the whole run. The command's exit code is kept."""
+after a warm-up are profiled; --mode run profiles the whole run. The command's exit code is kept. Its output
+reaches the terminal as it would without capture, but for the profiler's own messages: they go to
+DIR/capture.log."""
 
 
 def register(app: typer.Typer) -> None:
@@ -38,13 +43,15 @@ Opt = typer.Option
 
 def capture(
     ctx: typer.Context,
-    out: Annotated[Path, Opt("--out", "-o", help="Folder for the traces.")] = Path("pipebubble_trace"),
+    output: flags.OutputDir = Path("pipebubble_trace"),
     mode: Annotated[str, Opt(help="steps: optimizer steps after warm-up; run: the whole run.")] = "steps",
     wait: Annotated[int, Opt(help="Optimizer steps to skip first (as torch.profiler.schedule).")] = 1,
     warmup: Annotated[int, Opt(help="Steps profiled but thrown away.")] = 1,
     active: Annotated[int, Opt(help="Steps recorded.")] = 2,
     record_shapes: Annotated[bool, Opt("--record-shapes", help="Record operator input shapes.")] = False,
     analyze: Annotated[bool, Opt("--analyze", help="Run `pipebubble analyze` on the traces.")] = False,
+    width: flags.Width = None,
+    quiet: flags.Quiet = False,
     workload: Annotated[str | None, Opt(help="Bundled workload instead of a command: pipeline | serve "
                                              "(serve is profiled whole, as --mode run).")] = None,
     schedule: Annotated[str, Opt(help="pipeline: gpipe | 1f1b | interleaved_1f1b | zero_bubble.")] = "1f1b",
@@ -64,29 +71,64 @@ def capture(
 ) -> None:
     from pipebubble.capture import CaptureOptions
     from pipebubble.capture import capture as run_capture
+    from pipebubble.capture.progress import Lines, describe
     from pipebubble.capture.workloads import WorkloadSettings, workload_command
     from pipebubble.errors import CaptureError
 
     command, about = list(ctx.args), None
     if command and command[0].startswith("-"):
         raise CaptureError(f"unknown option {command[0]!r}; put the command to profile after `--`")
-    options = CaptureOptions(out, mode, wait, warmup, active, record_shapes)
+    options = CaptureOptions(output, mode, wait, warmup, active, record_shapes)
     if workload is not None:
         if command:
             raise CaptureError("give either --workload or a command after `--`, not both")
         settings = WorkloadSettings(schedule, stages, microbatches, imbalance, hidden, layers, device,
                                     chunked_prefill, requests, arrival_rate, async_steps)
         command, about, options = workload_command(workload, settings, options)
-    result = run_capture(command, options, about)
+    lines = Lines(options)
+    progress = None if quiet else lambda states: [f"pipebubble: {line}" for line in lines.update(states)]
+    result = run_capture(command, options, about, on_progress=progress,
+                         on_start=lambda: _say(quiet, describe(command, options, about, _shown(output))))
+    _say(quiet, *lines.due(everything=True))
     for warning in result.warnings:
         typer.echo(f"pipebubble: warning: {warning}", err=True)
-    typer.echo(f"wrote {len(result.traces)} trace(s) and {result.metadata.name} to {result.metadata.parent}", err=True)
-    code = _analyze(ctx, result.traces) if analyze and result.traces else 0
+    _say(quiet, _wrote(result, output))
+    code = _analyze(ctx, result.traces, width, quiet) if analyze and result.traces else 0
     raise typer.Exit(result.exit_code or code)
 
 
-def _analyze(ctx: typer.Context, traces) -> int:
+def _say(quiet: bool, *lines: str) -> None:
+    if not quiet:
+        for line in lines:
+            print(f"pipebubble: {line}", file=sys.stderr, flush=True)
+
+
+def _shown(path: Path) -> str:
+    """A folder as the user would type it: relative when under the working directory."""
+    try:
+        shown = path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        shown = path
+    return f"{shown}/" if str(shown) != "." else "./"
+
+
+def _wrote(result, output: Path) -> str:
+    """`wrote 4 traces (1.9 MB) and capture.json to out/; the profiler's messages are in out/capture.log`."""
+    from pipebubble.cli.output import human_bytes
+
+    n = len(result.traces)
+    size = human_bytes(sum(t.stat().st_size for t in result.traces))
+    traces = f"{n} trace{'s' if n != 1 else ''} ({size})" if n else "no trace"
+    text = f"wrote {traces} and {result.metadata.name} to {_shown(output)}"
+    if result.log is not None:
+        loud = f", {result.log_warnings} of them warnings" if result.log_warnings else ""
+        text += f"; the profiler's messages{loud} are in {_shown(output)}{result.log.name}"
+    return text
+
+
+def _analyze(ctx: typer.Context, traces, width: int | None, quiet: bool) -> int:
     # Through the app itself, so this stays whatever `pipebubble analyze FILES...` does.
     root = ctx.find_root().command
-    code = root.main([str(path) for path in ("analyze", *traces)], prog_name="pipebubble", standalone_mode=False)
+    args = ["analyze", *map(str, traces), *(["--width", str(width)] if width else []), *(["--quiet"] if quiet else [])]
+    code = root.main(args, prog_name="pipebubble", standalone_mode=False)
     return code if isinstance(code, int) else 0

@@ -16,22 +16,26 @@ from pipebubble.render import formats
 @flags.analysing
 def export(
     paths: flags.Paths,
-    output: Annotated[Path, typer.Option("--output", "-o", help="out.pftrace (Perfetto protobuf) or out.json.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="out.pftrace (Perfetto protobuf), out.json or out.json.gz (Chrome JSON).")],
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
     scale: Scale = Scale(),
     quiet: flags.Quiet = False,
 ) -> None:
-    """Write one trace with the original spans (a track per stage or lane), each pass, every bubble and wait
-    with its cause, and a utilization counter; open it in ui.perfetto.dev.
+    """Write one trace with the original spans (a track per GPU stream and CPU thread under each rank, with
+    the events' own arguments and flow arrows), each pass, every bubble and wait with its cause, and a
+    utilization counter; open it in ui.perfetto.dev.
 
     Examples:
 
       pipebubble export sample_traces/pipeline_1f1b -o 1f1b.pftrace
 
-      pipebubble export runs/rank*.json.gz -o annotated.json
+      pipebubble export runs/rank*.json.gz -o annotated.json.gz
     """
     from pipebubble.cli.output import progress, warn, write_text
+    from pipebubble.ingest import extras, find_traces
+    from pipebubble.render.perfetto_flows import attach
     from pipebubble.run import with_spans
 
     try:
@@ -40,7 +44,9 @@ def export(
         raise PipebubbleError(str(exc)) from None
     with progress(paths, quiet) as advance:
         report, table = with_spans(paths, options, scale, on_file=advance)
-    warn(report.ingest.warnings)
+    found = extras.read(extras.sources(table, find_traces(paths)), scale)  # args and flows: the export's alone
+    warn([*report.ingest.warnings, *found.warnings])
+    table = attach(table, found.args, found.flows)
     write_text(fmt.render(report, formats.Options(spans=table)), output)
 
 

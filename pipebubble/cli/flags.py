@@ -18,6 +18,7 @@ import typer
 
 from pipebubble.options import EXECUTORS, STAGE_BY, Options, Scale, merge
 from pipebubble.render.formats import CSV_TABLES, TIME_UNITS
+from pipebubble.render.gates import FORMATS as GATE_FORMATS
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
@@ -32,6 +33,11 @@ CsvTable = Enum("CsvTable", {name: name for name in CSV_TABLES}, type=str)  # ty
 Paths = Annotated[list[Path], typer.Argument(help="Trace files or folders of per-rank traces.")]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.",
                                              rich_help_panel=OUTPUT)]
+# --output/-o, --width and --quiet mean the same on every command (capture's -o is a folder; --out still works).
+OutputDir = Annotated[Path, typer.Option("--output", "-o", "--out", help="Folder for the traces.",
+                                         rich_help_panel=OUTPUT)]
+Width = Annotated[int | None, typer.Option("--width", min=20, help="Columns of text output (default: the terminal's).",
+                                           rich_help_panel=OUTPUT)]
 # Output flags: how a report is rendered (formats.Options), never what is analysed (not in the report cache's key)
 TimeUnitOpt = Annotated[TimeUnit, typer.Option(
     "--timeunit", help="Unit of the times in text, markdown, html and csv output: ns, us, ms or s (JSON stays in "
@@ -80,7 +86,75 @@ RayAddress = Annotated[str | None, typer.Option(
 Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Processes (or Ray CPUs) to use (default: all cores).", rich_help_panel=SCALE)]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span and report caches.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr (warnings and errors "
+                                     "still).", rich_help_panel=OUTPUT)]
+
+# Gates (check) and the tolerance (diff): typed as text so that 30% reads as a fraction and 30 is refused with a
+# hint (a float flag would take 30 as 3000 %), parsed by ``thresholds`` and ``tolerance`` below.
+GATES = "Gates"
+
+
+def _gate(flag: str, text: str) -> Any:
+    return typer.Option(flag, help=text, rich_help_panel=GATES)
+
+
+MaxBubble = Annotated[str | None, _gate("--max-bubble", "Most pipeline bubble: 0.3 or 30%.")]
+MaxExcessBubble = Annotated[str | None, _gate("--max-excess-bubble", "Most bubble beyond the schedule's theory: "
+                                              "0.1 or 10%.")]
+MinUtilization = Annotated[str | None, _gate("--min-utilization", "Least mean stage utilization (GPU busy "
+                                             "fraction when not a pipeline): 0.6 or 60%.")]
+MaxStageCv = Annotated[str | None, _gate("--max-stage-cv", "Most spread of stage times (std/mean): 0.1 or 10%.")]
+MaxImbalance = Annotated[str | None, _gate("--max-imbalance", "Most slowest/mean stage time, at least 1: 1.2.")]
+MaxWaitMs = Annotated[str | None, _gate("--max-wait-ms", "Longest wait (idle gap on a stage, or a collective's "
+                                        "spin): ms, or with a unit (500us, 0.1s).")]
+MaxDecodeSlowdown = Annotated[str | None, _gate("--max-decode-slowdown", "Most decode step slowdown when mixed "
+                                                "with prefill, at least 1: 1.5.")]
+Strict = Annotated[bool, typer.Option(
+    "--strict", help="Fail (exit 1) when a requested gate cannot be evaluated (e.g. --max-bubble on a trace that "
+    "is not a pipeline) or, for diff, when part of one report has no counterpart in the other; without it such "
+    "a gate is a SKIP that says why.", rich_help_panel=GATES)]
+Tolerance = Annotated[str | None, typer.Option(
+    help="Relative worsening allowed, of each metric's baseline value: 5% or 0.05 (a bare 5 is refused; write "
+    "500%). Default: the diff table of pipebubble.toml, else 5%.", rich_help_panel=GATES)]
+DEFAULT_TOLERANCE = 0.05
+GateFormat = Enum("GateFormat", {name: name for name in GATE_FORMATS}, type=str)  # type: ignore[misc]
+GateFormatOpt = Annotated[GateFormat, typer.Option(
+    "--format", "-f", help="text, json, junit (JUnit XML for CI test reports), github (workflow commands: "
+    "annotations on the trace or baseline) or markdown (a PR comment or job summary).", rich_help_panel=OUTPUT)]
+
+
+def thresholds(given: dict[str, str | None], config: Any) -> dict[str, float]:
+    """The gates to run: the config file's [check] table with the flags that were given on top, each parsed
+    by ``gates.parse_threshold``; a value a gate could only misread is bad input (exit 2, one line)."""
+    from pipebubble.errors import PipebubbleError
+    from pipebubble.gates import parse_threshold
+
+    try:
+        found = {key: parse_threshold(key, value, f"{config.path}: check.{key.replace('_', '-')}")
+                 for key, value in config.thresholds.items()}
+        found |= {key: parse_threshold(key, value, "--" + key.replace("_", "-"))
+                  for key, value in given.items() if value is not None}
+    except ValueError as exc:
+        raise PipebubbleError(str(exc)) from None
+    if not found:
+        raise PipebubbleError("no gates: give a threshold such as --max-bubble 30%, or a [check] table in "
+                              "pipebubble.toml")
+    return found
+
+
+def tolerance(text: str | None, config: Any) -> float:
+    """``--tolerance``, else the config file's, else 5%; refused (exit 2, one line) as ``thresholds`` are."""
+    from pipebubble.errors import PipebubbleError
+    from pipebubble.gates import parse_tolerance
+
+    try:
+        if text is not None:
+            return parse_tolerance(text, "--tolerance")
+        if config.tolerance is not None:  # checked where the config file was read
+            return config.tolerance
+    except ValueError as exc:
+        raise PipebubbleError(str(exc)) from None
+    return DEFAULT_TOLERANCE
 
 
 #: The analysis and scale flags every analysing command takes: (annotation, default) by parameter name.

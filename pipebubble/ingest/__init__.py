@@ -17,8 +17,9 @@ from pipebubble.ingest.base import FileResult
 if TYPE_CHECKING:  # polars loads only when traces are read, so a cached report comes back fast
     import polars as pl
 
-#: What `pipebubble capture` writes beside its traces (command, versions, devices): not a trace.
+#: What `pipebubble capture` writes beside its traces (command, versions, devices; the profiler's messages).
 CAPTURE_METADATA = "capture.json"
+CAPTURE_LOG = "capture.log"
 #: Name endings of files in a trace folder that are not traces (yet): capture's status and partial files.
 NOT_TRACES = (".tmp", ".partial.json.gz", ".status.json")
 
@@ -43,25 +44,60 @@ class Ingested:
         return list(dict.fromkeys(w for f in self.files for w in f.warnings))
 
 
-def find_traces(paths: Iterable[Path]) -> list[Path]:
+def find_traces(paths: Iterable[Path], notes: list[str] | None = None) -> list[Path]:
     """Expand folders into the trace files they hold (sorted), checking every path exists. A file named
-    itself is read whatever its name; in a folder, hidden and unfinished files are passed over."""
+    itself is read whatever its name, but for capture's own files and, among other paths, a saved report
+    (`analyze out/*`), which are skipped with a line in ``notes``; in a folder, hidden and unfinished files
+    and capture.json are passed over, and saved reports skipped with a note. An Nsight report whose SQLite
+    export sits beside it is read from the export (``readers.paired``)."""
+    paths, notes = list(paths), notes if notes is not None else []
     found: list[Path] = []
+    skipped: list[str] = []
     for path in paths:
         if not path.exists():
             raise TraceFormatError(path, "no such file or directory")
         if path.is_dir() and not readers.is_trace_dir(path):
-            inside = sorted(
-                p for p in path.iterdir() if _is_trace_name(p) or (readers.is_trace_dir(p) and not _is_unfinished(p))
-            )
-            if not inside:
-                raise TraceFormatError(
-                    path, "folder holds no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep, *.qdrep)"
-                )
-            found.extend(inside)
+            found.extend(_folder(path, notes))
+        elif why := _not_a_trace(path, alone=len(paths) == 1):
+            skipped.append(f"{path}: skipped, {why}")
         else:
             found.append(path)
-    return found
+    notes.extend(skipped)
+    if skipped and not found:
+        if len(paths) == 1:
+            raise TraceFormatError(paths[0], _not_a_trace(paths[0], alone=True) or "not a trace")
+        raise TraceFormatError("the paths given", f"none is a trace: {'; '.join(skipped)}")
+    return readers.paired(found, notes)
+
+
+def _folder(path: Path, notes: list[str]) -> list[Path]:
+    inside, skipped = [], []
+    for p in sorted(path.iterdir()):
+        if readers.is_trace_dir(p) and not _is_unfinished(p):
+            inside.append(p)
+        elif _is_trace_name(p) and (why := _not_a_trace(p)):
+            skipped.append(f"{p}: skipped, {why}")
+        elif _is_trace_name(p):
+            inside.append(p)
+    notes.extend(skipped)
+    if not inside:
+        besides = f"; {'; '.join(skipped)}" if skipped else ""
+        raise TraceFormatError(
+            path, f"folder holds no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep, *.qdrep){besides}"
+        )
+    return inside
+
+
+def _not_a_trace(path: Path, alone: bool = False) -> str | None:
+    """Why a file with a trace's name is not one (None when it may be). A saved report given alone is read
+    as the report it is (``run``), so it is no reason then."""
+    if path.name == CAPTURE_METADATA:
+        return "capture's record of the run, not a trace"
+    if path.name == CAPTURE_LOG:
+        return "capture's log of the profiler's messages, not a trace"
+    if not alone and readers.saved_report(path):
+        return f"a saved pipebubble report, not a trace (read it alone: pipebubble analyze {path})"
+    return None
 
 
 def load(
@@ -167,12 +203,9 @@ def _pool(workers: int) -> AbstractContextManager[Executor]:
 
 
 def _is_trace_name(path: Path) -> bool:
-    return (
-        path.is_file()
-        and path.name.endswith(readers.TRACE_SUFFIXES)
-        and path.name != CAPTURE_METADATA
-        and not _is_unfinished(path)
-    )
+    # capture.json lies beside every capture's traces: passed over without a word.
+    return (path.is_file() and path.name.endswith(readers.TRACE_SUFFIXES) and path.name != CAPTURE_METADATA
+            and not _is_unfinished(path))
 
 
 def _is_unfinished(path: Path) -> bool:

@@ -39,6 +39,7 @@ class Reader:
 # --- Nsight Systems: SQLite exports, parquetdir folders, .nsys-rep/.qdrep reports ---
 
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # need nsys to export them, unless their .sqlite is beside them
 
 
 def _nsys_claims(path: Path) -> bool:
@@ -50,7 +51,45 @@ def _nsys_claims(path: Path) -> bool:
 def _nsys_read(path: Path, where: Where) -> FileResult:
     from pipebubble.ingest import nsys
 
-    return nsys.read(path, where.work)
+    return nsys.read(sqlite_beside(path) or path, where.work)
+
+
+def sqlite_beside(report: Path) -> Path | None:
+    """The SQLite export next to an Nsight report (`report1.sqlite` by `report1.nsys-rep`, as `nsys profile
+    --export sqlite` and `nsys export` leave them), unless it is older than the report (a stale export): read
+    it instead, and no nsys is needed."""
+    if not report.name.endswith(NSYS_REPORT_SUFFIXES):
+        return None
+    sqlite = report.with_suffix(".sqlite")
+    try:
+        return sqlite if sqlite.is_file() and sqlite.stat().st_mtime >= report.stat().st_mtime else None
+    except OSError:
+        return None
+
+
+def paired(files: list[Path], notes: list[str] | None = None) -> list[Path]:
+    """``files`` without the Nsight reports whose fresh SQLite export is among them (one run, read once)
+    nor the stale exports of reports among them (the report is what is current; a line in ``notes``)."""
+    given = set(files)
+    drop = {f for f in files if sqlite_beside(f) in given}
+    stale = [f for f in files if f.name.endswith(NSYS_REPORT_SUFFIXES) and f not in drop
+             and f.with_suffix(".sqlite") in given]
+    if notes is not None:
+        notes.extend(f"{f.with_suffix('.sqlite')}: skipped, older than {f.name} (export it again)" for f in stale)
+    drop |= {f.with_suffix(".sqlite") for f in stale}
+    return [f for f in files if f not in drop]
+
+
+def saved_report(path: Path) -> bool:
+    """A JSON report pipebubble wrote (`analyze --format json -o`), not a trace: its first key is
+    `schema_version` (Kineto's traces say `schemaVersion`)."""
+    if not path.is_file() or not path.name.lower().endswith(".json"):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return b'"schema_version"' in fh.read(4096)
+    except OSError:
+        return False
 
 
 def _nsys_writes(path: Path) -> bool:

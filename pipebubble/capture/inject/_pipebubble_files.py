@@ -30,6 +30,18 @@ def write_status(status: dict, out: str, rank: int, pid: int) -> None:
     )
 
 
+def write_progress(progress: dict, out: str, rank: int, pid: int) -> None:
+    """Say how far this rank has got (the runner polls these files to show progress); raises when that fails."""
+
+    def dump(partial: str) -> None:
+        with open(partial, "w") as f:
+            json.dump(progress, f)
+
+    _replace_whole(
+        dump, os.path.join(out, f".rank{rank}.{pid}.progress.tmp"), os.path.join(out, f".rank{rank}.progress.json")
+    )
+
+
 def _replace_whole(write, partial: str, path: str) -> None:
     try:
         write(partial)

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -25,6 +26,7 @@ def _sibling(name: str):
     return module
 
 
+_ending = _sibling("_pipebubble_exit")
 _files = _sibling("_pipebubble_files")
 _imports = _sibling("_pipebubble_imports")
 _parent = _sibling("_pipebubble_parent")
@@ -97,6 +99,8 @@ class _Session:
         self.steps, self.optimizer = 0, None
         self.recording = self.window_done = self.finished = self.dist_in_trace = False
         self.written, self.problem, self.hook = False, None, None
+        self.exit_code, self.error, self.phase = None, None, None  # how the program ended, as far as seen
+        self.failed_at = None  # when: of ranks that fail, the first is the cause, the others its victims
 
     def start(self) -> None:
         profiler = importlib.import_module("torch.profiler")
@@ -115,6 +119,7 @@ class _Session:
             optimizer = importlib.import_module("torch.optim.optimizer")
             self.hook = optimizer.register_optimizer_step_post_hook(self._on_step)
         self.prof.start()
+        self._progress("started")
         self._note_recording()
         self._install_exit_paths()
 
@@ -122,6 +127,19 @@ class _Session:
         if not self.recording and self.prof.current_action.name.startswith("RECORD"):
             self.recording = True
             self.dist_in_trace = self._dist_live() is not None  # torch adds distributedInfo itself then
+            self._progress("recording")
+
+    def _progress(self, phase: str) -> None:
+        """Tell the runner how far this rank has got; never at the program's expense."""
+        if phase == self.phase:
+            return
+        self.phase = phase
+        state = {"rank": self.rank, "pid": self.pid, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+                 "phase": phase, "steps": self.steps}
+        try:
+            _files.write_progress(state, self.config["out"], self.rank, self.pid)
+        except Exception:  # progress is a courtesy; the status at exit is what counts
+            pass
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() != self.pid or self.window_done or self.problem:
@@ -167,12 +185,14 @@ class _Session:
         A failure is recorded, not raised: this runs inside the program's step() or exit."""
         if self.problem is not None and self.problem.startswith("own_profiler"):
             return
+        self._progress("writing")
         try:
             _files.write_trace(prof.export_chrome_trace, self.config["out"], self.rank, self.pid, self.trace)
         except Exception as exc:
             self.problem = self.problem or f"flush_failed: {exc!r}"
             return
         self.written = True
+        self._progress("written")
 
     def _watch_foreign_profilers(self) -> None:
         # Both torch.profiler.profile and the legacy autograd profiler go through _prepare_trace;
@@ -200,13 +220,23 @@ class _Session:
 
     def _install_exit_paths(self) -> None:
         atexit.register(self.finish)
-        real_exit = os._exit
+        real_exit, real_sys_exit, previous_hook = os._exit, sys.exit, sys.excepthook
 
         def _exit(code):
+            self._noting(self.note_exit, code)
             self.finish()
             real_exit(code)
 
-        os._exit = _exit
+        def sys_exit(status=None):
+            self._noting(self.note_exit, status)
+            real_sys_exit(status)
+
+        def excepthook(kind, value, tb):
+            self._noting(self.note_error, kind, value)
+            previous_hook(kind, value, tb)
+
+        # torch.distributed wraps sys.excepthook in turn (to prefix [rankN]) and calls this one.
+        os._exit, sys.exit, sys.excepthook = _exit, sys_exit, excepthook
         on_main = threading.current_thread() is threading.main_thread()
         if on_main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -216,9 +246,30 @@ class _Session:
         self.finished = True  # a forked child shares our state but must not write our trace
 
     def _on_sigterm(self, signum, frame) -> None:
+        self.note_exit(128 + signum)
         self.finish()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+    @staticmethod
+    def _noting(note, *args) -> None:
+        try:
+            note(*args)
+        except Exception:  # the program's exit and traceback come first; the reason is a courtesy
+            pass
+
+    def note_exit(self, status) -> None:
+        """The exit status the program asked for (sys.exit, os._exit, a signal): the runner's "rank R exited
+        with code C" and the reason it gives."""
+        if os.getpid() == self.pid:
+            self.exit_code, self.error = _ending.from_status(status)
+            self.failed_at = time.time() if self.exit_code else None
+
+    def note_error(self, kind, value) -> None:
+        """An uncaught exception: the line a traceback ends with (ModuleNotFoundError: No module named ...)."""
+        if os.getpid() == self.pid:
+            self.exit_code, self.error = _ending.from_exception(kind, value)
+            self.failed_at = time.time()
 
     def finish(self) -> None:
         if os.getpid() != self.pid or self.finished:
@@ -250,7 +301,7 @@ class _Session:
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "devices": self._devices(),
             "optimizer_steps": self.steps, "trace": os.path.basename(self.trace) if self.written else None,
-            "problem": self.problem,
+            "problem": self.problem, "exit_code": self.exit_code, "error": self.error, "failed_at": self.failed_at,
         }
         try:
             _files.write_status(status, self.config["out"], self.rank, self.pid)
@@ -264,3 +315,4 @@ class _Session:
             return ["cpu"] + ([cuda.get_device_name(i) for i in range(cuda.device_count())] if used else [])
         except Exception:  # a GPU gone bad by exit time must not cost the rank its status
             return ["cpu"]
+

@@ -1,11 +1,15 @@
 """Bundled workloads: a real torch.distributed.pipelining training step and a small continuous-batching server.
 
 Each runs as `python -m pipebubble.capture.workloads.<name>`; this module only builds that command line,
-so choosing a workload never imports torch in the calling process.
+so choosing a workload never imports torch in the calling process. What a workload needs is checked here,
+before it starts, so a missing GPU or package is one error up front, not one per rank.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
 
@@ -48,7 +52,9 @@ def _pipeline(s: WorkloadSettings, options: CaptureOptions):
         raise CaptureError(f"--schedule must be one of {', '.join(SCHEDULES)}, not {s.schedule!r}")
     if s.stages < 1 or s.microbatches < 1 or s.imbalance < 1 or s.hidden < 1 or s.layers < 1:
         raise CaptureError("--stages, --microbatches, --hidden and --layers must be >= 1, --imbalance >= 1")
-    _check_device(s.device)
+    _check_device(s.device, gpus=s.stages, who="the pipeline workload (one GPU per rank)")
+    _check_numpy("the pipeline workload", "torch.distributed's recv_object_list, with which its stages agree on "
+                 "shapes, uses numpy")
     steps = options.wait + options.warmup + options.active if options.mode == "steps" else 2
     command = [sys.executable, "-m", "pipebubble.capture.workloads.pipeline", "--schedule", s.schedule,
                "--stages", str(s.stages), "--microbatches", str(s.microbatches), "--imbalance", str(s.imbalance),
@@ -62,7 +68,8 @@ def _pipeline(s: WorkloadSettings, options: CaptureOptions):
 def _serve(s: WorkloadSettings, options: CaptureOptions):
     if s.requests < 1 or s.arrival_rate <= 0 or s.chunked_prefill < 0:
         raise CaptureError("--requests must be >= 1, --arrival-rate > 0 and --chunked-prefill >= 0")
-    _check_device(s.device)
+    _check_device(s.device, gpus=1, who="the serve workload")
+    _check_numpy("the serve workload")
     command = [sys.executable, "-m", "pipebubble.capture.workloads.serve", "--requests", str(s.requests),
                "--arrival-rate", str(s.arrival_rate), "--chunked-prefill", str(s.chunked_prefill),
                "--device", s.device, *(["--async"] if s.async_steps else [])]
@@ -72,6 +79,32 @@ def _serve(s: WorkloadSettings, options: CaptureOptions):
     return command, about, replace(options, mode="run")
 
 
-def _check_device(device: str) -> None:
+def _check_device(device: str, gpus: int, who: str) -> None:
     if device not in ("cpu", "cuda"):
         raise CaptureError(f"--device must be cpu or cuda, not {device!r}")
+    if device == "cuda" and (found := _cuda_devices()) < gpus:
+        why = " (torch.cuda.is_available() is False: no NVIDIA driver, or a CPU build of torch)" if not found else ""
+        raise CaptureError(f"--device cuda: {who} needs {gpus} GPU{'s' if gpus > 1 else ''}, torch sees {found}"
+                           f"{why}; use --device cpu" + (" or fewer --stages" if found and gpus > 1 else ""))
+
+
+def _cuda_devices() -> int:
+    """The GPUs torch sees, asked in a child process (this one never imports torch): the workload's ranks
+    would otherwise each find out, and each fail alike."""
+    probe = "import torch; print(torch.cuda.device_count())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEBUBBLE_CAPTURE")}
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CaptureError(f"--device cuda: cannot ask torch how many GPUs it sees ({exc})") from None
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CaptureError(f"--device cuda: cannot ask torch how many GPUs it sees: {last}")
+    return int(done.stdout.strip())
+
+
+def _check_numpy(who: str, why: str = "") -> None:
+    # The workloads run in this interpreter, so what it lacks they lack.
+    if importlib.util.find_spec("numpy") is None:
+        because = f" ({why})" if why else ""
+        raise CaptureError(f"numpy is not installed, and {who} needs it{because}: pip install numpy")
