@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from pipebubble.cli import flags
-from pipebubble.cli.output import read_warnings, warn, write_text
+from pipebubble.cli.output import check_output, read_warnings, warn, write_text
 from pipebubble.options import Options, Scale
 
 
@@ -34,6 +34,7 @@ def check(
     format: flags.GateFormatOpt = flags.GateFormat.text,
     output: flags.Output = None,
     timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
+    quiet: flags.Quiet = False,
 ) -> None:
     """Gate a run: each gate with its measured value, threshold and PASS/FAIL/SKIP (SKIP: the trace lacks the
     metric, e.g. --max-bubble on a trace that is not a pipeline; --strict makes that a failure). Fractions take
@@ -56,6 +57,9 @@ def check(
     given = {"max_bubble": max_bubble, "max_excess_bubble": max_excess_bubble, "min_utilization": min_utilization,
              "max_stage_cv": max_stage_cv, "max_imbalance": max_imbalance, "max_wait_ms": max_wait_ms,
              "max_decode_slowdown": max_decode_slowdown}
+    from pipebubble.render import formats
+
+    check_output("check", formats.pick("check", format.value, output), output)
     thresholds = flags.thresholds(given, configuration.load(config))
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     report = run(paths, options, scale)
@@ -63,7 +67,7 @@ def check(
     result = replace(run_gates(report.to_dict(), thresholds, strict), source=_source(paths),
                      timestamp=started, seconds=time.monotonic() - clock)
     warn(warnings(result))
-    write_text(render_check(result, format.value, timeunit.value), output)
+    write_text(render_check(result, format.value, timeunit.value), output, quiet)
     if result.failed:
         raise typer.Exit(1)
 

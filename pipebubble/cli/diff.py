@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from pipebubble.cli import flags
-from pipebubble.cli.output import read_warnings, warn, write_text
+from pipebubble.cli.output import check_output, read_warnings, warn, write_text
 from pipebubble.errors import PipebubbleError
 from pipebubble.options import Options, Scale
 
@@ -25,6 +25,7 @@ def diff(
     format: flags.GateFormatOpt = flags.GateFormat.text,
     output: flags.Output = None,
     timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
+    quiet: flags.Quiet = False,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
     scale: Scale = Scale(),
@@ -49,6 +50,9 @@ def diff(
 
     allowed = flags.tolerance(tolerance, configuration.load(config))
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
+    from pipebubble.render import formats
+
+    check_output("diff", formats.pick("diff", format.value, output), output)
     before, after = run([base], options, scale), run([new], options, scale)
     warn(read_warnings(before, [base]) + read_warnings(after, [new]))
     for path, report in ((base, before), (new, after)):
@@ -57,7 +61,7 @@ def diff(
     result = replace(compare(before.to_dict(), after.to_dict(), allowed, strict), base=str(base), new=str(new),
                      timestamp=started, seconds=time.monotonic() - clock)
     warn(warnings(result))
-    write_text(render_diff(result, format.value, timeunit.value), output)
+    write_text(render_diff(result, format.value, timeunit.value), output, quiet)
     if result.failed:
         raise typer.Exit(1)
 

@@ -47,7 +47,7 @@ def export(
     found = extras.read(extras.sources(table, find_traces(paths)), scale)  # args and flows: the export's alone
     warn([*report.ingest.warnings, *found.warnings])
     table = attach(table, found.args, found.flows)
-    write_text(fmt.render(report, formats.Options(spans=table)), output)
+    write_text(fmt.render(report, formats.Options(spans=table)), output, quiet)
 
 
 def register(app: typer.Typer) -> None:
