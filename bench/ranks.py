@@ -19,20 +19,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen import generate  # noqa: E402
+from scale import ranks_folder  # noqa: E402
 from tree import run  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-
-
-def folder(ranks: int, events: int) -> Path:
-    out = HERE / "_data" / f"ranks_{ranks}x{events}"
-    if not (out / f"rank{ranks - 1}.json").exists():
-        print(f"generating {ranks} rank traces of {events:,} events ...", flush=True)
-        for rank in range(ranks):
-            generate(out / f"rank{rank}.json", events, rank=rank, world=ranks, seed=rank)
-    return out
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,7 +33,7 @@ def main() -> None:
     print(f"{'ranks':>6} {'MB':>8} {'json.load s':>12} {'analyze s':>10} {'ratio':>7} {'ms/rank':>8} "
           f"{'cpu s':>7} {'tree RSS MB':>12} {'left':>5}")
     for n in args.ranks:
-        data = folder(n, args.events)
+        data = ranks_folder(n, args.events)
         files = sorted(str(p) for p in data.glob("rank*.json"))
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         with tempfile.TemporaryDirectory() as cache:
