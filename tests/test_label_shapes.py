@@ -86,7 +86,7 @@ def test_dualpipe_labels_over_deepep_kernels(tmp_path, upper):
     report = analyse(shapes.write_dualpipe(tmp_path, upper=upper))
     pipe = report.pipeline
     assert (pipe.stages, pipe.microbatches, len(pipe.steps), pipe.window_ns) == (2, 2, 1, 84_000)
-    assert "micro-batch labels: dualpipe" in pipe.notes
+    assert "micro-batch labels (dualpipe)" in pipe.evidence
     s0, s1 = report.stages
     assert (s0.busy_ns, s0.comm_ns, s0.idle_ns, s0.fill_ns, s0.drain_ns) == (48_000, 16_000, 36_000, 0, 0)
     assert (s1.busy_ns, s1.comm_ns, s1.idle_ns, s1.fill_ns, s1.drain_ns) == (48_000, 16_000, 36_000, 12_000, 8_000)

@@ -141,8 +141,6 @@ def _notes(facts: dict, schedule, m, times, stage_rows) -> list[str]:
             f"stages ran {counts[0]}–{counts[-1]} micro-batches in their first step; m = {m}, the most common"
             + (" (inferred passes: m is approximate)" if facts["inferred"] else "")
         )
-    if facts["pattern"]:
-        notes.append(f"micro-batch labels: {facts['pattern']}")
     if m and times is None:
         notes.append("some passes are missing on some stages: what-if replay skipped")
     return notes
