@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.launches import launch_calls, same_process
 from pipebubble.report import Breakdown, CallStat, Host, KernelStat
 from pipebubble.spans import GPU_WORK, is_comm
 
@@ -106,13 +107,9 @@ def _launched(gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     Correlation ids are per file in Kineto (a GPU op has no pid) and per process in Nsight; a table of one
     file is joined on the id alone."""
     keys = ["correlation"] if gpu["source"].n_unique() <= 1 else ["source", "correlation"]
-    launches = cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
-        *keys, at_pid="pid", at_lane="lane", at="start"
-    )
+    launches = launch_calls(cpu).select(*keys, "at_pid", "at_lane", "at")
     ops = gpu.filter(pl.col("correlation").is_not_null()).select("row", "pid", "start", *keys)
-    joined = ops.join(launches, on=keys).filter(
-        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid"))
-    )
+    joined = ops.join(launches, on=keys).filter(same_process())
     if joined.height > ops.height:  # an id launched twice (rare): the first launch
         joined = joined.unique("row", keep="first", maintain_order=True)
     return joined.select("row", "at_lane", "at", "start")

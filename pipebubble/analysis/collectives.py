@@ -22,6 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import top_level
+from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.report import CollectiveCall, CollectiveRank, Collectives, Wait
 from pipebubble.spans import COMM_NAMES
 
@@ -124,14 +125,7 @@ def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     if kernels.is_empty():
         return kernels.select(who=pl.lit(None, pl.Int64), rank="rank", lane="lane", kind=pl.lit(None, pl.String),
                               start="start", end="end")
-    launches = spans.filter(pl.col("kind") == "runtime").select(
-        "source", "correlation", at_pid="pid", at_lane="lane", at="start"
-    )
-    # Correlation ids are unique per process in Nsight exports (the kernel's pid is its process there) and
-    # per file in Kineto's (a kernel has no pid).
-    joined = kernels.join(launches, on=["source", "correlation"], how="left").filter(
-        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid"))
-    ).unique(["source", "lane", "stream", "start", "end", "name"], keep="first", maintain_order=True)
+    joined = with_launch(kernels, spans, key=EVENT_KEY)
     marks = ranges.select(at_lane="lane", at="start", range_end="end", range_kind="kind").sort("at_lane", "at")
     joined = joined.sort("at_lane", "at").join_asof(
         marks, on="at", by="at_lane", strategy="backward", check_sortedness=False

@@ -28,6 +28,7 @@ import re
 import polars as pl
 
 from pipebubble.analysis.intervals import top_level
+from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.options import check_regex
 from pipebubble.spans import CPU_WORK, GPU_WORK
 
@@ -180,18 +181,11 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
     that label first. Spans under no label get null phase. ``launched`` is that CPU instant (null for GPU work
     without its launch); ``context`` names the top-level CPU operator that launched GPU work (the span's own
     name for CPU work), for inferring passes without labels."""
-    launches = spans.filter(pl.col("kind") == "runtime").select(
-        "source", "correlation", launch_lane="lane", launch_pid="pid", launch_start="start"
-    )
-    keyed = (
-        work.join(launches, on=["source", "correlation"], how="left")
-        .filter(pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid")))
-        .unique(["source", "lane", "stream", "start", "end", "name"], keep="first", maintain_order=True)
-    )
+    keyed = with_launch(work, spans, key=EVENT_KEY)
     on_gpu = pl.col("device").is_not_null()
     keyed = keyed.with_columns(
-        at=pl.when(on_gpu).then("launch_start").otherwise("start"),
-        at_lane=pl.when(on_gpu).then("launch_lane").otherwise("lane"),
+        at=pl.when(on_gpu).then("at").otherwise("start"),
+        at_lane=pl.when(on_gpu).then("at_lane").otherwise("lane"),
         own=pl.when(on_gpu).then(pl.format("{}#{}", "lane", pl.col("stream").fill_null(-1))),
     )
     on_cpu = found.filter(pl.col("device").is_null())
@@ -205,7 +199,7 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
         phase=pl.when(take).then("gpu_phase").when(pl.col("cpu_in").fill_null(False)).then("cpu_phase"),
         microbatch=pl.when(take).then("gpu_mb").when(pl.col("cpu_in").fill_null(False)).then("cpu_mb"),
         chunk=pl.when(take).then("gpu_chunk").when(pl.col("cpu_in").fill_null(False)).then("cpu_chunk"),
-    ).drop("launch_lane", "launch_pid", "launch_start", "at", "at_lane", "own", *label)
+    ).drop("at_pid", "at", "at_lane", "own", *label)
 
 
 def _look_up(keyed: pl.DataFrame, found: pl.DataFrame, by: str, at: str, side: str) -> pl.DataFrame:

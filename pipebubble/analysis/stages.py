@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipebubble.analysis.labels import label_spans
+from pipebubble.analysis.launches import with_launch
 from pipebubble.errors import StageSpecError
 from pipebubble.options import RANK_ORDERS, STAGE_BY, StageOptions, check_regex
 from pipebubble.spans import CPU_WORK
@@ -150,17 +151,9 @@ def _launching_threads(spans: pl.DataFrame) -> pl.DataFrame:
     """GPU spans (source, correlation, start, end, stream) with the ``lane`` and ``launch_start`` of the
     runtime call that launched them (same process where the format records it; Nsight's ids are unique per
     process only)."""
-    calls = spans.filter(pl.col("kind") == "runtime").select(
-        "source", "correlation", lane="lane", launch_pid="pid", launch_start="start"
-    )
     gpu = spans.filter(pl.col("device").is_not_null() & pl.col("correlation").is_not_null())
-    return (
-        gpu.select(*_GPU_ID, "pid")
-        .join(calls, on=["source", "correlation"])
-        .filter(pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid")))
-        .unique(_GPU_ID, keep="first", maintain_order=True)
-        .select(*_GPU_ID, "lane", "launch_start")
-    )
+    launched = with_launch(gpu.select(*_GPU_ID, "pid"), spans, how="inner", key=_GPU_ID)
+    return launched.select(*_GPU_ID, lane="at_lane", launch_start="at")
 
 
 def _by_pipeline_rank(spans: pl.DataFrame, pp: int, order: str, world: int | None) -> StageMap:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipebubble.analysis.launches import with_launch
 from pipebubble.analysis.steps_llm import STEP_COLUMNS, attach_gpu
 from pipebubble.spans import GPU_WORK
 
@@ -39,12 +40,7 @@ def _launched(spans: pl.DataFrame) -> pl.DataFrame:
     """GPU work with the thread lane, start and name of the runtime call that launched it (null if none); each
     GPU span once. A CUDA graph's kernels all carry their ``cudaGraphLaunch``'s correlation id."""
     gpu = spans.filter(pl.col("kind").is_in(GPU_WORK), pl.col("device").is_not_null())
-    calls = spans.filter(pl.col("kind") == "runtime", pl.col("correlation").is_not_null()).select(
-        "source", "correlation", at_lane="lane", at="start", call="name", at_pid="pid")
-    joined = gpu.join(calls, on=["source", "correlation"], how="left").filter(
-        pl.col("pid").is_null() | pl.col("at_pid").is_null() | (pl.col("pid") == pl.col("at_pid")))
-    return joined.unique(["source", "lane", "stream", "start", "end", "name", "correlation"], keep="first",
-                         maintain_order=True)
+    return with_launch(gpu, spans, name="call")
 
 
 def _signs(frame: pl.DataFrame) -> pl.DataFrame:

@@ -32,6 +32,7 @@ import re
 
 import polars as pl
 
+from pipebubble.analysis.launches import with_launch
 from pipebubble.spans import GPU_WORK
 
 #: (source, regex). Named groups feed the same columns; see the module docstring.
@@ -131,12 +132,7 @@ def launched_work(spans: pl.DataFrame) -> pl.DataFrame:
     Correlation ids are per file in Kineto (a GPU span has no pid) and per process in Nsight."""
     gpu = spans.filter(pl.col("kind").is_in(GPU_WORK), pl.col("device").is_not_null(),
                        pl.col("correlation").is_not_null())
-    launches = spans.filter(pl.col("kind") == "runtime", pl.col("correlation").is_not_null()).select(
-        "source", "correlation", at_lane="lane", at="start", launch_pid="pid")
-    work = gpu.join(launches, on=["source", "correlation"]).filter(
-        pl.col("pid").is_null() | pl.col("launch_pid").is_null() | (pl.col("pid") == pl.col("launch_pid")))
-    return work.unique(["source", "lane", "stream", "start", "end", "name", "correlation"], keep="first",
-                       maintain_order=True)
+    return with_launch(gpu, spans, how="inner")
 
 
 def attach_gpu(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
