@@ -67,6 +67,11 @@ COMM_NAMES = "(?i)" + "|".join((COLLECTIVE_RANGES, r"^c10d::", "record_param_com
 BACKWARD_NAMES = r"(?i)backward|autograd::engine"
 
 
+def owner() -> pl.Expr:
+    """Whose GPU or thread a span is: its rank, or its process where the file names no ranks (Nsight)."""
+    return pl.coalesce(pl.col("rank").cast(pl.Int64), pl.col("pid"))
+
+
 def is_comm() -> pl.Expr:
     """True for communication: a comm span (NCCL/RCCL kernel, collective) or a CPU range named like one."""
     return (pl.col("kind") == "comm") | pl.col("name").str.contains(COMM_NAMES)

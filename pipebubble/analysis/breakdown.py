@@ -27,7 +27,7 @@ import polars as pl
 from pipebubble.analysis.intervals import merge
 from pipebubble.analysis.launches import launch_calls, same_process
 from pipebubble.report import Breakdown, CallStat, Host, KernelStat
-from pipebubble.spans import GPU_WORK, is_comm
+from pipebubble.spans import GPU_WORK, is_comm, owner
 
 CAUSES = ("host_launch", "sync", "peer", "other")
 SHORT_KERNEL_NS = 10_000
@@ -47,11 +47,6 @@ class GpuPart:
     # Duration value counts, for exact medians over several files (empty for a file that is the whole job):
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, name, dur, n
     delays: pl.DataFrame = field(default_factory=pl.DataFrame)  # dur, n
-
-
-def owner() -> pl.Expr:
-    """Whose GPU or thread a span is: its rank, or its process where the file names no ranks."""
-    return pl.coalesce(pl.col("rank").cast(pl.Int64), pl.col("pid"))
 
 
 def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False) -> GpuPart:

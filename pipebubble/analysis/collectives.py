@@ -24,7 +24,7 @@ import polars as pl
 from pipebubble.analysis.intervals import top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.report import CollectiveCall, CollectiveRank, Collectives, Wait
-from pipebubble.spans import COMM_NAMES
+from pipebubble.spans import COMM_NAMES, owner
 
 CALL_COLUMNS = ["who", "rank", "lane", "kind", "start", "end"]
 #: (kind, regex) tried in order on a lower-cased range or kernel name; the first match names the kind.
@@ -56,11 +56,6 @@ def kind_of(name: pl.Expr) -> pl.Expr:
     return expr
 
 
-def participant(spans: pl.DataFrame) -> pl.Expr:
-    """Who a span belongs to: its rank, or its GPU process's device (pid where no device) without ranks."""
-    return pl.coalesce(pl.col("rank").cast(pl.Int64), pl.col("pid"))
-
-
 def collective_part(spans: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     """Map: one file's collective calls (``CALL_COLUMNS``, plus its ``window`` rows: each participant's first
     and last traced instant, kind null) and facts: point-to-point send/recv counts and ProfilerStep lengths."""
@@ -76,10 +71,10 @@ def collective_part(spans: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     ranges = pl.concat([groups, p2p])
     gpu = _gpu_calls(spans, ranges)
     cpu = groups
-    cpu = cpu.with_columns(who=participant(cpu)).filter(~pl.col("who").is_in(gpu["who"].unique().implode()))
+    cpu = cpu.with_columns(who=owner()).filter(~pl.col("who").is_in(gpu["who"].unique().implode()))
     calls = pl.concat([gpu.select(CALL_COLUMNS), cpu.select(CALL_COLUMNS)], how="vertical_relaxed")
     calls = calls.filter(~pl.col("kind").is_in(P2P))
-    who = spans.with_columns(who=participant(spans))
+    who = spans.with_columns(who=owner())
     windows = who.group_by("who").agg(
         rank=pl.col("rank").first(), lane=pl.lit(None, pl.String), start=pl.col("start").min(), end=pl.col("end").max()
     ).with_columns(kind=pl.lit(None, pl.String))
@@ -132,7 +127,7 @@ def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     )
     inside = pl.col("at") < pl.col("range_end")
     kind = pl.when(inside & pl.col("range_kind").is_not_null()).then("range_kind").otherwise(kind_of(pl.col("name")))
-    return joined.with_columns(who=participant(joined), kind=kind.fill_null("collective")).sort("who", "start")
+    return joined.with_columns(who=owner(), kind=kind.fill_null("collective")).sort("who", "start")
 
 
 #: Members' kernels of one collective end together (the last arrival releases them all); they are matched
