@@ -198,7 +198,6 @@ def summarize(matched: pl.DataFrame, unmatched: int = 0, worst: int = 10) -> Col
         start=pl.col("start").min(),
         skew=pl.col("last").first() - pl.col("start").min(),
         last_who=pl.col("last_who").first(),
-        last_rank=pl.col("rank").filter(pl.col("who") == pl.col("last_who")).first(),
         waited=pl.col("wait").sum(),
         n=pl.len(),
     )
@@ -207,30 +206,24 @@ def summarize(matched: pl.DataFrame, unmatched: int = 0, worst: int = 10) -> Col
     )
     ranks = (
         good.group_by("who")
-        .agg(rank=pl.col("rank").first(), lane=pl.col("lane").drop_nulls().first(), calls=pl.len(),
-             wait=pl.col("wait").sum())
+        .agg(lane=pl.col("lane").drop_nulls().first(), calls=pl.len(), wait=pl.col("wait").sum())
         .join(late, left_on="who", right_on="last_who", how="left")
         .with_columns(pl.col("late", "last").fill_null(0))
         .sort("who")
     )
     rows = [
-        CollectiveRank(_label(r), r["calls"], r["wait"], r["late"], r["last"], r["lane"])
+        CollectiveRank(r["who"], r["calls"], r["wait"], r["late"], r["last"], r["lane"])
         for r in ranks.iter_rows(named=True)
     ]
     top = calls.sort("waited", "start", descending=[True, False]).head(worst)
     worst_calls = [
-        CollectiveCall(r["kind"], r["seq"], r["start"], r["skew"],
-                       r["last_rank"] if r["last_rank"] is not None else r["last_who"], r["waited"], r["n"])
+        CollectiveCall(r["kind"], r["seq"], r["start"], r["skew"], r["last_who"], r["waited"], r["n"])
         for r in top.iter_rows(named=True)
     ]
     total = int(good["wait"].sum())
     leader = max(rows, key=lambda r: (r.late_ns, -r.rank))
     straggler = leader.rank if total and leader.late_ns * 2 >= total else None
     return Collectives(calls.height, rows, worst_calls, straggler, total, "end", unmatched)
-
-
-def _label(row: dict) -> int:
-    return row["rank"] if row["rank"] is not None else row["who"]
 
 
 def straggler_note(collectives: Collectives) -> str | None:
@@ -256,8 +249,6 @@ def waits(
     total = good.height
     good = good.sort("wait", "start", "who", descending=[True, False, False])
     good = good.head(limit) if limit is not None else good
-    last_rank = matched.select("group", "kind", "seq", last_who="who", last_rank="rank").unique()
-    good = good.join(last_rank, on=["group", "kind", "seq", "last_who"], how="left", maintain_order="left")
     out = [
         Wait(
             stage=(stage_of or {}).get(r["who"]),
@@ -267,8 +258,8 @@ def waits(
             before=None,
             after=f"{r['kind']} #{r['seq']}",
             lane=r["lane"],
-            rank=_label(r),
-            waited_for=r["last_rank"] if r["last_rank"] is not None else r["last_who"],
+            rank=r["who"],
+            waited_for=r["last_who"],
         )
         for r in good.iter_rows(named=True)
     ]
