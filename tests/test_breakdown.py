@@ -105,3 +105,11 @@ def test_host_summary_counts_calls_delays_and_short_kernels():
 def test_no_gpu_work_gives_no_rows():
     part = bd.gpu_part(table([("cpu_op", "aten::mm", 0, 10, None, None, CPU)]))
     assert part.rows == [] and bd.kernels([part]) == []
+
+
+def test_launch_delay_median_is_exact_over_files():
+    """Two files, delays 5 and 3 ns each: the median of 3, 3, 5, 5 is 4; one more delay of 9 ns makes it 5."""
+    one = bd.gpu_part(table(TIMELINE))
+    extra = bd.gpu_part(table([("kernel", "k", 9, 10, 0, 9, GPU), ("runtime", "cudaLaunchKernel", 0, 1, None, 9, CPU)]))
+    assert bd.host([one, one]).launch_delay_median_ns == 4.0
+    assert bd.host([one, one, extra]).launch_delay_median_ns == 5.0

@@ -304,17 +304,22 @@ def kernels(parts: list[GpuPart]) -> list[KernelStat]:
     keys = ["kind", "name"]
     ops = ops.group_by(*keys, "dur").agg(pl.col("n").sum()).sort(*keys, "dur")
     wide = pl.col("dur").cast(pl.Int128)
-    ops = ops.with_columns(cum=pl.col("n").cum_sum().over(keys), count=pl.col("n").sum().over(keys))
     stats = ops.group_by(keys, maintain_order=True).agg(
-        pl.col("count").first(),
+        count=pl.col("n").sum(),
         total=(pl.col("dur") * pl.col("n")).sum(),
         min=pl.col("dur").first(),
         max=pl.col("dur").last(),
-        median=(pl.col("dur").filter(pl.col("cum") > (pl.col("count") - 1) // 2).first()
-                + pl.col("dur").filter(pl.col("cum") > pl.col("count") // 2).first()) / 2,
+        median=_counted_median(),
         sq=(wide * wide * pl.col("n")).sum(),
     )
     return _stats(stats)
+
+
+def _counted_median() -> pl.Expr:
+    """The exact median of durations given as value counts (``dur``, ``n``; rows in duration order): the mean
+    of the values at the two middle positions of the expanded list."""
+    cum, count = pl.col("n").cum_sum(), pl.col("n").sum()
+    return (pl.col("dur").filter(cum > (count - 1) // 2).first() + pl.col("dur").filter(cum > count // 2).first()) / 2
 
 
 def _stats(stats: pl.DataFrame) -> list[KernelStat]:
@@ -344,7 +349,7 @@ def host(parts: list[GpuPart]) -> Host | None:
         median = parts[0].delay["median"]
     else:
         delays = pl.concat([p.delays for p in parts], how="vertical_relaxed").group_by("dur").agg(pl.col("n").sum())
-        median = _median(delays) if launches else None
+        median = delays.sort("dur").select(_counted_median()).item() if launches else None
     maxima = [p.delay["max"] for p in parts if p.delay["max"] is not None]
     return Host(
         api=api,
@@ -367,12 +372,3 @@ def _merged(frames: list[pl.DataFrame]) -> list[CallStat]:
     total = total.sort("total", "name", descending=[True, False])
     return [CallStat(r["name"], r["count"], r["total"], r["total"] / r["count"], r["max"])
             for r in total.iter_rows(named=True)]
-
-
-def _median(values: pl.DataFrame) -> float:
-    ordered = values.sort("dur")
-    n = int(ordered["n"].sum())
-    cum = ordered["n"].cum_sum()
-    lo = ordered.filter(cum > (n - 1) // 2)["dur"][0]
-    hi = ordered.filter(cum > n // 2)["dur"][0]
-    return (lo + hi) / 2
