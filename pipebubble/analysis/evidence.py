@@ -33,10 +33,11 @@ def pipeline_evidence(parts: list[StagePart], p2p: dict[str, int], options: Stag
     return found
 
 
-def not_a_pipeline(stages: int, unit: str) -> str:
-    """The note for a job of several ranks (or GPUs) without pipeline evidence."""
+def not_a_pipeline(names: list[str] | set[str]) -> str:
+    """The note for a job of several ranks (or GPUs: stages named by ``names``) without pipeline evidence."""
+    unit = "ranks" if all(n.startswith("rank") for n in names) else "GPUs"
     return (
-        f"not a pipeline: {stages} {unit} with no micro-batch labels, no send/recv between them outside "
+        f"not a pipeline: {len(names)} {unit} with no micro-batch labels, no send/recv between them outside "
         "collectives and no pipeline process group (--pp-size, --stage-by or --microbatch-regex analyse one)"
     )
 

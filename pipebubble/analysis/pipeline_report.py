@@ -90,14 +90,12 @@ def reduce_stages(
     parts = [p for p in parts if not p.facts.get("no_evidence")]
     if not parts:  # no file holds evidence of a pipeline: say so when they hold several stages
         names = {n for p in bare for n in p.names}
-        unit = "ranks" if all(n.startswith("rank") for n in names) else "GPUs"
-        return PipelineSection(notes=[not_a_pipeline(len(names), unit)] if len(names) >= 2 else [])
+        return PipelineSection(notes=[not_a_pipeline(names)] if len(names) >= 2 else [])
     names, work, host, facts = combine(parts)
     p = len(names)
     found = pipeline_evidence(parts, p2p or {}, options.stages)
     if p >= 2 and not found:
-        unit = "ranks" if all(n.startswith("rank") for n in names) else "GPUs"
-        return PipelineSection(notes=[not_a_pipeline(p, unit)])
+        return PipelineSection(notes=[not_a_pipeline(names)])
     stage_of_many = facts["pattern"] is not None or any(part.pipeline is not None for part in parts)
     if p == 0 or (p == 1 and not stage_of_many):
         return PipelineSection()  # one stage is analysed alone only when its labels or group say it is one

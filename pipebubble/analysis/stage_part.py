@@ -10,7 +10,7 @@ import polars as pl
 from pipebubble.analysis.intervals import merge
 from pipebubble.analysis.labels import labels
 from pipebubble.analysis.stages import assign, pipeline_group
-from pipebubble.analysis.work import stage_work
+from pipebubble.analysis.work import WORK_SCHEMA, stage_work
 from pipebubble.options import PipelineOptions
 from pipebubble.spans import HOST_WORK
 
@@ -70,14 +70,10 @@ def _unlabelled(spans: pl.DataFrame, options: PipelineOptions, world: int | None
     its stages' names only, so the reduce can say how many ranks are not a pipeline, without the cost of
     labelling work no pipeline will use."""
     mapped = assign(_keys_frame(spans), options.stages, world, groups)
-    work = pl.DataFrame(schema=_WORK_SCHEMA)
+    work = pl.DataFrame(schema=WORK_SCHEMA)
     host = pl.DataFrame(schema={"stage": pl.Int32, "kind": spans.schema["kind"], "start": pl.Int64, "end": pl.Int64})
     facts = {"pattern": None, "inferred": False, "mode": "cpu", "no_evidence": True}
     return StagePart(mapped.names, mapped.order, work, host, facts, mapped.pipeline)
-
-
-_WORK_SCHEMA = {"stage": pl.Int32, "lane": pl.String, "role": pl.String, "start": pl.Int64, "end": pl.Int64,
-                "phase": pl.String, "microbatch": pl.Int32, "chunk": pl.Int32, "step": pl.Int32}
 
 
 def _keys_frame(spans: pl.DataFrame) -> pl.DataFrame:

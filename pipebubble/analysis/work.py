@@ -16,7 +16,9 @@ from pipebubble.analysis.intervals import merge, top_level
 from pipebubble.analysis.labels import attribute, labels
 from pipebubble.spans import BACKWARD_NAMES, CPU_WORK, GPU_WORK, is_comm
 
-WORK_COLUMNS = ["stage", "lane", "role", "start", "end", "phase", "microbatch", "chunk", "step"]
+WORK_SCHEMA = {"stage": pl.Int32, "lane": pl.String, "role": pl.String, "start": pl.Int64, "end": pl.Int64,
+               "phase": pl.String, "microbatch": pl.Int32, "chunk": pl.Int32, "step": pl.Int32}
+WORK_COLUMNS = list(WORK_SCHEMA)
 LABEL_KEYS = ["stage", "lane", "role", "phase", "microbatch", "chunk", "step"]
 OTHER_RANGES = r"^Optimizer\.|zero_grad|^ProfilerStep#"
 
