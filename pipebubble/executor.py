@@ -42,7 +42,7 @@ def local(jobs: list[Job], fn: Callable, workers: int | None, on_done: OnDone = 
     if len(jobs) == 1 or cores <= 1:
         out = []
         for path, i in jobs:
-            out.append(fn(path, i, workers=cores if len(jobs) == 1 else 1))
+            out.append(fn(path, i, workers=cores))  # a lone file's cores, or the one core there is
             if on_done:
                 on_done(path)
         return out
