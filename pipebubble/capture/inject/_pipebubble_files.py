@@ -20,25 +20,23 @@ def write_trace(export, out: str, rank: int, pid: int, path: str) -> None:
 
 def write_status(status: dict, out: str, rank: int, pid: int) -> None:
     """Write one rank's status for the runner to collect; raises when that fails."""
-
-    def dump(partial: str) -> None:
-        with open(partial, "w") as f:
-            json.dump(status, f)
-
-    _replace_whole(
-        dump, os.path.join(out, f".rank{rank}.{pid}.status.tmp"), os.path.join(out, f".rank{rank}.status.json")
-    )
+    _write_json(status, out, rank, pid, "status")
 
 
 def write_progress(progress: dict, out: str, rank: int, pid: int) -> None:
     """Say how far this rank has got (the runner polls these files to show progress); raises when that fails."""
+    _write_json(progress, out, rank, pid, "progress")
+
+
+def _write_json(value: dict, out: str, rank: int, pid: int, what: str) -> None:
+    """``value`` as ``.rank{rank}.{what}.json`` in ``out``, written whole or not at all."""
 
     def dump(partial: str) -> None:
         with open(partial, "w") as f:
-            json.dump(progress, f)
+            json.dump(value, f)
 
     _replace_whole(
-        dump, os.path.join(out, f".rank{rank}.{pid}.progress.tmp"), os.path.join(out, f".rank{rank}.progress.json")
+        dump, os.path.join(out, f".rank{rank}.{pid}.{what}.tmp"), os.path.join(out, f".rank{rank}.{what}.json")
     )
 
 
