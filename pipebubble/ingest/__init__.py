@@ -121,8 +121,9 @@ def load(
 
 
 def read_file(path: Path | str, position: int = 0, use_cache: bool = True, workers: int = 1) -> FileResult:
-    """One file through the cache; a big JSON file is decoded on ``workers`` processes. Warnings about the
-    cache raised meanwhile come back among the file's warnings (never stored with it)."""
+    """One file through the cache; a big JSON file is decoded on ``workers`` cores (this process and a pool
+    of the others). Warnings about the cache raised meanwhile come back among the file's warnings (never
+    stored with it)."""
     path = Path(path)
     seen = len(cache.warnings())
     entry_key = cache.key(path)
@@ -130,7 +131,7 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     if result is None:
         reader = readers.reader_for(path)
         split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
-        with _pool(workers) if split else nullcontext() as pool:
+        with _pool(workers - 1) if split else nullcontext() as pool:
             result = _read_somewhere(reader, path, position, pool, entry_key)
         if use_cache and entry_key is not None and cache.key(path) == entry_key:  # unchanged while read
             cache.put(path, result, entry_key)

@@ -39,7 +39,7 @@ def fix_unicode(text: bytes) -> tuple[bytes, int, list[tuple[int, int]]]:
             text = decoded.encode()
         del decoded
     replaced = len(shifts)
-    if b"\\u" in text and _SURROGATE.search(text):
+    if b"\\" in text and b"\\u" in text and _SURROGATE.search(text):  # one byte is found by memchr, fast
         lone = 0
 
         def one(match: re.Match) -> bytes:
