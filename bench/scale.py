@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen import generate  # noqa: E402
-from ingest import timed  # noqa: E402
+from tree import run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,7 +37,8 @@ def analyze(target: Path, workers: int, cache: str, spill: bool = False) -> tupl
     cmd = [sys.executable, "-m", "pipebubble", "analyze", str(target), "--format", "json", "--no-cache", "-q",
            "--workers", str(workers)]
     env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache, "PIPEBUBBLE_SPILL_BYTES": "1" if spill else str(10**15)}
-    return timed(cmd, env)
+    measured = run(cmd, env)
+    return measured.wall_s, measured.peak_tree_rss
 
 
 def main() -> None:

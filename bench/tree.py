@@ -65,3 +65,30 @@ def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     return Measured(wall, usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss * 1024), leftover)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Runs of a command A and a baseline B in turn (A B A B ...): each one's median run, and the ratio A/B
+    of wall time pair by pair (median, min, max), which holds when the machine's speed drifts."""
+
+    a: Measured
+    b: Measured
+    ratio: float
+    low: float
+    high: float
+
+    def text(self) -> str:
+        return f"{self.ratio:.2f} ({self.low:.2f}-{self.high:.2f})"
+
+
+def paired(a: list[str], b: list[str], env: dict[str, str] | None = None, repeat: int = 3) -> Paired:
+    """``a`` against the baseline ``b``, ``repeat`` pairs after one warm-up run of each."""
+    run(a, env), run(b, env)
+    runs = [(run(a, env), run(b, env)) for _ in range(repeat)]
+    ratios = sorted(x.wall_s / y.wall_s for x, y in runs)
+
+    def median(side: int) -> Measured:
+        return sorted((r[side] for r in runs), key=lambda m: m.wall_s)[len(runs) // 2]
+
+    return Paired(median(0), median(1), ratios[len(ratios) // 2], ratios[0], ratios[-1])
