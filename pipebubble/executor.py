@@ -1,13 +1,16 @@
 """Where per-file work runs: in this process, in a local process pool, or on a Ray cluster.
 
 ``each(jobs, fn, scale)`` calls ``fn(path, position, **kwargs)`` for every (path, position) job and returns
-the results in job order, whatever ran them. Nothing here knows what the work is: ingest uses it to read
+the results in job order, whatever ran them. Given ``batch`` (``batch(jobs, **kwargs)``: the results of
+several jobs at once), the local executor hands small files over a few at a time, so work whose cost is
+mostly fixed per call is paid once per batch. Nothing here knows what the work is: ingest uses it to read
 files, the map/reduce to map them. ``pool`` also decodes the blocks of one big file in parallel.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -22,60 +25,107 @@ from pipebubble.options import EXECUTORS, Scale
 
 Job = tuple[str, int]
 OnDone = Callable[[str], None] | None
+Batch = Callable[[list[Job]], list] | None
+
+#: Files smaller than this are handed over in batches (when the work can take several at once) ...
+BATCH_FILE_BYTES = 4 << 20
+#: ... of at most this many files, and few enough files each that every core still gets four batches.
+MAX_BATCH = 16
 
 
-def each(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, **kwargs: Any) -> list:
-    """``fn(path, position, **kwargs)`` for every job on ``scale``'s executor, results in job order."""
+def each(
+    jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, batch: Callable | None = None, **kwargs: Any
+) -> list:
+    """``fn(path, position, **kwargs)`` for every job on ``scale``'s executor, results in job order; small
+    files go to ``batch(jobs, **kwargs)`` a few at a time where it is given (the local executor)."""
     if scale.executor == "ray":
         return on_ray(jobs, fn, scale, on_done, **kwargs)
     if scale.executor == "local":
-        return local(jobs, partial(fn, **kwargs), scale.workers, on_done)
+        return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs))
     raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
 
 
-def local(jobs: list[Job], fn: Callable, workers: int | None, on_done: OnDone = None) -> list:
+def one_thread_each(files: int, scale: Scale) -> None:
+    """Several files on the local executor run in parallel across processes, and this process maps some of
+    them too: like its workers it then runs polars on one thread, so there are no more threads than cores.
+    It takes effect only before polars is loaded (as on the command line); a POLARS_MAX_THREADS set by the
+    user stands."""
+    if files > 1 and scale.executor == "local" and "polars" not in sys.modules:
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")
+
+
+def local(jobs: list[Job], fn: Callable, workers: int | None, on_done: OnDone = None, batch: Batch = None) -> list:
     """A lone file in this process, its blocks decoded on all cores (``fn`` is called with ``workers=``).
-    Several files: this process maps them too, from the smallest, while a pool of the other cores' workers
-    takes them from the biggest (scheduled by bytes), so the workers' start-up never delays the first
-    results and a small folder costs no more than one process would."""
+    Several files: in units (a file, or a ``batch`` of small ones) shared between this process and a pool
+    of the other cores' workers (``_shared``), or one after another here when there is one core."""
     cores = workers or os.cpu_count() or 1
-    if len(jobs) == 1 or cores <= 1:
-        out = []
-        for path, i in jobs:
-            out.append(fn(path, i, workers=cores))  # a lone file's cores, or the one core there is
-            if on_done:
-                on_done(path)
+    if len(jobs) == 1:
+        path, i = jobs[0]
+        out = [fn(path, i, workers=cores)]  # a lone file's cores
+        if on_done:
+            on_done(path)
         return out
-    return _shared(jobs, fn, min(cores - 1, len(jobs) - 1), on_done)
+    units = _units(jobs, cores, batch is not None)
+    if cores <= 1:
+        results: dict[int, Any] = {}
+        for unit in units:
+            _finish(unit, _run(fn, batch, [jobs[k] for k in unit]), jobs, results, on_done)
+        return [results[k] for k in range(len(jobs))]
+    return _shared(jobs, units, fn, batch, min(cores - 1, len(units) - 1), on_done)
 
 
-def _shared(jobs: list[Job], fn: Callable, workers: int, on_done: OnDone) -> list:
-    """Jobs split between this process and ``workers`` pool processes, results in job order."""
-    order = sorted(range(len(jobs)), key=lambda k: _size(Path(jobs[k][0])), reverse=True)
-    pending = deque(order)  # biggest first for the pool, smallest (from the right) for this process
-    results: dict[int, Any] = {}
-    inflight: dict[Future, int] = {}
+def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
+    """Job indices in units of work, biggest first (scheduled by bytes): a file alone, or (``batched``) a
+    batch of small files of about the same size."""
+    sizes = [_size(Path(path)) for path, _ in jobs]
+    order = sorted(range(len(jobs)), key=lambda k: sizes[k], reverse=True)
+    small = [k for k in order if batched and sizes[k] < BATCH_FILE_BYTES]
+    alone = [[k] for k in order[: len(order) - len(small)]]  # the small ones are the last in size order
+    per = max(1, min(MAX_BATCH, len(small) // (4 * cores)))
+    return alone + [small[i : i + per] for i in range(0, len(small), per)]
 
-    def finish(k: int, value: Any) -> None:
+
+def _run(fn: Callable, batch: Batch, unit: list[Job]) -> list:
+    """One unit's results: a batch's from ``batch``, a lone file's from ``fn`` (on one core)."""
+    if len(unit) > 1 and batch is not None:
+        return batch(unit)
+    return [fn(path, i, workers=1) for path, i in unit]
+
+
+def _finish(unit: list[int], values: list, jobs: list[Job], results: dict[int, Any], on_done: OnDone) -> None:
+    for k, value in zip(unit, values, strict=True):
         results[k] = value
         if on_done:
             on_done(jobs[k][0])
 
+
+def _shared(jobs: list[Job], units: list[list[int]], fn: Callable, batch: Batch, workers: int, on_done: OnDone
+            ) -> list:
+    """Units split between this process and ``workers`` pool processes: the pool takes them from the
+    biggest, this process from the smallest, so the workers' start-up never delays the first results and a
+    small folder costs no more than one process would. Results in job order."""
+    pending = deque(range(len(units)))  # biggest first for the pool, smallest (from the right) for this process
+    results: dict[int, Any] = {}
+    inflight: dict[Future, int] = {}
+
+    def take(u: int) -> list[Job]:
+        return [jobs[k] for k in units[u]]
+
     with pool(workers) as workers_pool:
         try:
             while pending or inflight:
-                while pending and len(inflight) < 2 * workers:  # two each, so none waits for its next job
-                    k = pending.popleft()
-                    inflight[workers_pool.submit(fn, jobs[k][0], jobs[k][1], workers=1)] = k
+                while pending and len(inflight) < 2 * workers:  # two each, so none waits for its next unit
+                    u = pending.popleft()
+                    inflight[workers_pool.submit(_run, fn, batch, take(u))] = u
                 for future in [f for f in inflight if f.done()]:
-                    finish(inflight.pop(future), future.result())
+                    _finish(units[inflight.pop(future)], future.result(), jobs, results, on_done)
                 if pending:
-                    k = pending.pop()
-                    finish(k, fn(jobs[k][0], jobs[k][1], workers=1))
+                    u = pending.pop()
+                    _finish(units[u], _run(fn, batch, take(u)), jobs, results, on_done)
                 elif inflight:
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                     for future in done:
-                        finish(inflight.pop(future), future.result())
+                        _finish(units[inflight.pop(future)], future.result(), jobs, results, on_done)
         except BaseException:
             for future in inflight:
                 future.cancel()

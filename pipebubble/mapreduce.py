@@ -47,6 +47,12 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     if result.meta.get("spill"):
         return _map_spilled(result, options)
     spans = result.spans
+    return _part(result, options, lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options))
+
+
+def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommPart, gpu: GpuPart) -> FilePart:
+    """The file's part, its lanes, collectives and breakdown given: its stages and serving steps added."""
+    spans = result.spans
     part = stages_part(spans, options, result.meta)
     serving, segments = serving_part(spans, options, result.meta)
     account = FileResult(
@@ -58,10 +64,49 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(
-        account, lanes_part(spans, options), part, serving, segments, comm_part(spans, options),
-        breakdown_part(spans, options),
-    )
+    return FilePart(account, lanes, part, serving, segments, comm, gpu)
+
+
+def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
+    """Map several files already read, each file's part as ``map_spans`` makes it. Files of one rank each,
+    no two of the same rank, have their lanes, collectives and breakdown computed once over all their
+    spans (those group by lane and by rank, so each file's rows are what it gives alone) and split by
+    rank; the job-wide sums (kernel and host summaries, point-to-point counts, step lengths) go with the
+    first of them. Other files (spilled, rankless, a rank twice) are mapped alone."""
+    ranks = [_only_rank(r) for r in results]
+    counts = Counter(ranks)
+    together = [k for k, rank in enumerate(ranks) if rank is not None and counts[rank] == 1]
+    parts: list[FilePart | None] = [None] * len(results)
+    if len(together) > 1:
+        spans = pl.concat([results[k].spans for k in together], how="vertical")
+        lanes, comm, gpu = lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options)
+        for n, k in enumerate(together):
+            rank, first = ranks[k], n == 0
+            calls = comm.calls.filter(pl.col("who") == rank)
+            parts[k] = _part(
+                results[k], options, lanes.filter(pl.col("rank") == rank),
+                CommPart(calls, comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []}),
+                _gpu_share(gpu, rank, first),
+            )
+    return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
+
+
+def _only_rank(result: FileResult) -> int | None:
+    """The one rank every span of an in-memory table names (None: spilled, empty, rankless or several)."""
+    spans = result.spans
+    if result.meta.get("spill") or not spans.height or spans["rank"].null_count():
+        return None
+    ranks = spans["rank"].unique()
+    return int(ranks[0]) if ranks.len() == 1 else None
+
+
+def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
+    """One rank's breakdown rows; the summaries' partial sums with the first file, empty with the others."""
+    rows = [row for row in gpu.rows if row.rank == rank]
+    if first:
+        return replace(gpu, rows=rows)
+    frames = {k: getattr(gpu, k).clear() for k in _GPU_FRAMES}
+    return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0, **frames)
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
@@ -109,6 +154,14 @@ def map_file(path: str, position: int, options: Options, use_cache: bool = True,
 
     result = read_file(Path(path), position, use_cache, workers)
     return encode(map_spans(result, options))
+
+
+def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = True) -> list[bytes]:
+    """Map, in a worker, several small files at once (``map_together``): each file's part as bytes."""
+    from pipebubble.ingest import read_file
+
+    results = [read_file(Path(path), position, use_cache) for path, position in jobs]
+    return [encode(part) for part in map_together(results, options)]
 
 
 def reduce(parts: list[FilePart], options: Options) -> Report:
@@ -171,7 +224,7 @@ def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable
 
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     jobs = [(str(f), i) for i, f in enumerate(files)]
-    blobs = executor.each(jobs, map_file, scale, on_file, options=options, use_cache=scale.use_cache)
+    blobs = executor.each(jobs, map_file, scale, on_file, batch=map_files, options=options, use_cache=scale.use_cache)
     return reduce([decode(b) for b in blobs], options)
 
 
