@@ -38,6 +38,9 @@ def run(paths: list[Path], options: Options = Options(), scale: Scale = Scale(),
     cached = _rebuilt(cache.get_report(key))
     if cached is not None:
         return cached
+    from pipebubble import executor
+
+    executor.one_thread_each(len(files), scale)
     from pipebubble import mapreduce
 
     report = mapreduce.execute(files, replace(options, files=len(files)), scale, on_file)

@@ -43,9 +43,13 @@ NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # need nsys to export them, unle
 
 
 def _nsys_claims(path: Path) -> bool:
+    if path.name.endswith(NSYS_SUFFIXES):
+        return True
+    if path.is_dir() and not any(p.suffix == ".parquet" or p.is_dir() for p in path.iterdir()):
+        return False  # no table in it, so not a parquetdir export (said without loading polars)
     from pipebubble.ingest import nsys
 
-    return path.name.endswith(NSYS_SUFFIXES) or nsys.sniff(path)
+    return nsys.sniff(path)
 
 
 def _nsys_read(path: Path, where: Where) -> FileResult:
