@@ -34,14 +34,22 @@ MAX_BATCH = 16
 
 
 def each(
-    jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, batch: Callable | None = None, **kwargs: Any
+    jobs: list[Job],
+    fn: Callable,
+    scale: Scale,
+    on_done: OnDone = None,
+    batch: Callable | None = None,
+    then: Callable | None = None,
+    **kwargs: Any,
 ) -> list:
     """``fn(path, position, **kwargs)`` for every job on ``scale``'s executor, results in job order; small
-    files go to ``batch(jobs, **kwargs)`` a few at a time where it is given (the local executor)."""
+    files go to ``batch(jobs, **kwargs)`` a few at a time where it is given (the local executor). Each
+    result is passed through ``then`` in this process as it arrives (while the rest are still running)."""
     if scale.executor == "ray":
-        return on_ray(jobs, fn, scale, on_done, **kwargs)
+        out = on_ray(jobs, fn, scale, on_done, **kwargs)
+        return [then(value) for value in out] if then else out
     if scale.executor == "local":
-        return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs))
+        return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs), then)
     raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
 
 
@@ -54,24 +62,46 @@ def one_thread_each(files: int, scale: Scale) -> None:
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
 
 
-def local(jobs: list[Job], fn: Callable, workers: int | None, on_done: OnDone = None, batch: Batch = None) -> list:
+def local(
+    jobs: list[Job],
+    fn: Callable,
+    workers: int | None,
+    on_done: OnDone = None,
+    batch: Batch = None,
+    then: Callable | None = None,
+) -> list:
     """A lone file in this process, its blocks decoded on all cores (``fn`` is called with ``workers=``).
     Several files: in units (a file, or a ``batch`` of small ones) shared between this process and a pool
     of the other cores' workers (``_shared``), or one after another here when there is one core."""
     cores = workers or os.cpu_count() or 1
+    results = _Results(jobs, then, on_done)
     if len(jobs) == 1:
         path, i = jobs[0]
-        out = [fn(path, i, workers=cores)]  # a lone file's cores
-        if on_done:
-            on_done(path)
-        return out
-    units = _units(jobs, cores, batch is not None)
-    if cores <= 1:
-        results: dict[int, Any] = {}
-        for unit in units:
-            _finish(unit, _run(fn, batch, [jobs[k] for k in unit]), jobs, results, on_done)
-        return [results[k] for k in range(len(jobs))]
-    return _shared(jobs, units, fn, batch, min(cores - 1, len(units) - 1), on_done)
+        results.add([0], [fn(path, i, workers=cores)])  # a lone file's cores
+    elif cores <= 1:
+        for unit in _units(jobs, cores, batch is not None):
+            results.add(unit, _run(fn, batch, [jobs[k] for k in unit]))
+    else:
+        units = _units(jobs, cores, batch is not None)
+        _shared(jobs, units, fn, batch, min(cores - 1, len(units) - 1), results)
+    return results.ordered()
+
+
+class _Results:
+    """Results by job, each passed through ``then`` and reported done (``on_done``) as it arrives."""
+
+    def __init__(self, jobs: list[Job], then: Callable | None, on_done: OnDone) -> None:
+        self.jobs, self.then, self.on_done = jobs, then, on_done
+        self.values: dict[int, Any] = {}
+
+    def add(self, unit: list[int], values: list) -> None:
+        for k, value in zip(unit, values, strict=True):
+            self.values[k] = self.then(value) if self.then else value
+            if self.on_done:
+                self.on_done(self.jobs[k][0])
+
+    def ordered(self) -> list:
+        return [self.values[k] for k in range(len(self.jobs))]
 
 
 def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
@@ -92,20 +122,13 @@ def _run(fn: Callable, batch: Batch, unit: list[Job]) -> list:
     return [fn(path, i, workers=1) for path, i in unit]
 
 
-def _finish(unit: list[int], values: list, jobs: list[Job], results: dict[int, Any], on_done: OnDone) -> None:
-    for k, value in zip(unit, values, strict=True):
-        results[k] = value
-        if on_done:
-            on_done(jobs[k][0])
-
-
-def _shared(jobs: list[Job], units: list[list[int]], fn: Callable, batch: Batch, workers: int, on_done: OnDone
-            ) -> list:
+def _shared(
+    jobs: list[Job], units: list[list[int]], fn: Callable, batch: Batch, workers: int, results: _Results
+) -> None:
     """Units split between this process and ``workers`` pool processes: the pool takes them from the
     biggest, this process from the smallest, so the workers' start-up never delays the first results and a
-    small folder costs no more than one process would. Results in job order."""
+    small folder costs no more than one process would."""
     pending = deque(range(len(units)))  # biggest first for the pool, smallest (from the right) for this process
-    results: dict[int, Any] = {}
     inflight: dict[Future, int] = {}
 
     def take(u: int) -> list[Job]:
@@ -118,19 +141,18 @@ def _shared(jobs: list[Job], units: list[list[int]], fn: Callable, batch: Batch,
                     u = pending.popleft()
                     inflight[workers_pool.submit(_run, fn, batch, take(u))] = u
                 for future in [f for f in inflight if f.done()]:
-                    _finish(units[inflight.pop(future)], future.result(), jobs, results, on_done)
+                    results.add(units[inflight.pop(future)], future.result())
                 if pending:
                     u = pending.pop()
-                    _finish(units[u], _run(fn, batch, take(u)), jobs, results, on_done)
+                    results.add(units[u], _run(fn, batch, take(u)))
                 elif inflight:
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                     for future in done:
-                        _finish(units[inflight.pop(future)], future.result(), jobs, results, on_done)
+                        results.add(units[inflight.pop(future)], future.result())
         except BaseException:
             for future in inflight:
                 future.cancel()
             raise
-    return [results[k] for k in range(len(jobs))]
 
 
 @contextmanager

@@ -158,3 +158,16 @@ def test_batches_come_back_in_job_order(tmp_path):
     one_core = executor.each(jobs, ran, Scale(workers=1), batch=ran_together)
     assert [position for position, *_ in one_core] == list(range(40))
     assert {pid for _, pid, _ in one_core} == {os.getpid()}
+
+
+def test_then_runs_here_on_every_result_as_it_arrives(tmp_path):
+    jobs = _files(tmp_path, [100 + i for i in range(20)])
+    arrived: list[int] = []
+
+    def then(value):
+        arrived.append(value[0])
+        return (*value, os.getpid())
+
+    out = executor.each(jobs, ran, Scale(workers=2), batch=ran_together, then=then)
+    assert [position for position, *_ in out] == list(range(20)) and sorted(arrived) == list(range(20))
+    assert {here for *_, here in out} == {os.getpid()} and len({pid for _, pid, *_ in out}) == 2
