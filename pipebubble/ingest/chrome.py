@@ -61,6 +61,8 @@ _NOT_SPANS = {
     "<not an object>": "not_an_event",
 }
 _INT32 = 2**31
+#: Begin/end and async begin/end events: paired into spans after every block is decoded.
+PAIRED_PHASES = ("B", "E", "b", "e")
 
 
 def read(
@@ -85,11 +87,14 @@ def read(
     header, events = decoded.header, decoded.events
     rank, rank_warning = _rank(header, path, position)
     skipped = _not_spans(decoded.phases) + decoded.skipped
-    paired, unmatched = jsonpairs.paired_spans(events)
-    skipped.update(unmatched)
-    paired_spans, off_device = _to_spans(paired, str(path), rank)
-    skipped.update(off_device)
-    table = pl.concat([*decoded.spans, paired_spans], how="vertical")
+    parts = list(decoded.spans)
+    if any(decoded.phases[ph] for ph in PAIRED_PHASES):  # most traces have none to pair
+        paired, unmatched = jsonpairs.paired_spans(events)
+        skipped.update(unmatched)
+        paired_spans, off_device = _to_spans(paired, str(path), rank)
+        skipped.update(off_device)
+        parts.append(paired_spans)
+    table = pl.concat(parts, how="vertical") if parts else spans.empty()
     spilled = {}
     if spill is not None:
         _write_part(table, str(spill))
