@@ -28,7 +28,7 @@ from pipebubble.ingest.nsys_tables import (
     looks_like_nsys,
     one_line,
 )
-from pipebubble.spans import conform, empty
+from pipebubble.spans import empty
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 I64 = pl.Int64
@@ -192,7 +192,7 @@ def _read_tables(tables: Tables, source: str) -> FileResult:
         ns.syncs(loaded[ns.SYNC], runtime, skipped),
         ns.nvtx_ranges(loaded[ns.NVTX], strings, skipped),
     ]
-    result.spans = pl.concat([conform(p) for p in parts]).with_columns(source=pl.lit(source))
+    result.spans = pl.concat(parts).with_columns(source=pl.lit(source))  # each part is on the span schema
     result.meta.update(_meta(tables, loaded, strings, result.warnings))
     result.warnings.extend(tables.warnings)
     result.warnings.extend(_coerced_notes(tables))

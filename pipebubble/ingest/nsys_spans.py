@@ -12,7 +12,7 @@ from collections import Counter
 
 import polars as pl
 
-from pipebubble.spans import COMM_KERNELS, conform
+from pipebubble.spans import COMM_KERNELS, conform, empty
 
 I64 = pl.Int64
 _ID_BITS = 1 << 24
@@ -108,6 +108,8 @@ def valid_rows(frame: pl.DataFrame, bad_reason: str, skipped: Counter[str], *req
 
 def device_spans(frame: pl.DataFrame, kind: pl.Expr, name: pl.Expr, skipped: Counter[str]) -> pl.DataFrame:
     """GPU activity rows (kernel, memcpy, memset, graph launch) on lane ``pid{pid}/gpu{device}``."""
+    if frame.is_empty():  # a table the export lacks or that holds no rows
+        return empty()
     frame = valid_rows(frame, "gpu_bad_row", skipped, "globalPid")
     out = frame.select(
         pid_of("globalPid").alias("pid"),
@@ -124,9 +126,11 @@ def device_spans(frame: pl.DataFrame, kind: pl.Expr, name: pl.Expr, skipped: Cou
 
 def kernels(frame: pl.DataFrame, strings: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:
     # The demangled name carries templates (what profilers show); shortName is the fallback of older exports.
-    name = pl.coalesce(lookup("demangledName", strings), lookup("shortName", strings))
-    kind = pl.when(name.str.contains(COMM_KERNELS)).then(pl.lit("comm")).otherwise(pl.lit("kernel"))
-    return device_spans(frame, kind, name, skipped)
+    frame = frame.with_columns(name=pl.coalesce(lookup("demangledName", strings), lookup("shortName", strings)))
+    names = frame["name"].unique().drop_nulls()  # few distinct names: the communication rule runs once on each
+    comm = names.filter(names.str.contains(COMM_KERNELS))
+    kind = pl.when(pl.col("name").is_in(comm.implode())).then(pl.lit("comm")).otherwise(pl.lit("kernel"))
+    return device_spans(frame, kind, pl.col("name"), skipped)
 
 
 def memcpys(frame: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:

@@ -134,28 +134,55 @@ class SqliteTables:
         return self._columns[table]
 
     def load(self, table: str, cols: dict[str, pl.DataType]) -> pl.DataFrame:
-        present = [c for c in cols if c in self.columns(table)]
+        """The ``cols`` of ``table`` (those it has), read with one query and turned from rows into columns at
+        once; columns the table lacks come back as nulls."""
+        present = {c: t for c, t in cols.items() if c in self.columns(table)}
         if not present:
             return pl.DataFrame(schema=cols)
         source = f"FROM {quote_name(table)}"
-        exprs = [_sql_expr(c, cols[c]) for c in present]
         with self._guard(f"cannot read table {one_line(table, 80)}"):
-            rows = self.conn.execute(f"SELECT {', '.join(exprs)} {source}").fetchall()
-            frame = pl.DataFrame(rows, schema={c: cols[c] for c in present}, orient="row")
-            with_nulls = {c: e for c, e in zip(present, exprs, strict=True) if frame[c].null_count()}
-            self._count_coerced(table, with_nulls, source)
+            frame = self._read(present, source, convert=False)
+            if frame is None:  # an integer column holds a BLOB, text or a real: read again, converting each value
+                frame = self._read(present, source, convert=True)
+            self._count_coerced(table, frame, source)
         return _with_missing(frame, cols)
 
-    def _count_coerced(self, table: str, exprs: dict[str, str], source: str) -> None:
-        """Count the values of ``table`` that were present but could not be read as their column's type
-        (``exprs``: column -> its reading expression, for the columns that came back with nulls)."""
-        if not exprs:
+    def _read(self, cols: dict[str, pl.DataType], source: str, convert: bool) -> pl.DataFrame | None:
+        """``cols`` by one query: integer columns as stored, or with ``convert`` through ``_int_expr``; None
+        when a value read as stored is not an integer (polars' strict construction refuses it)."""
+        exprs = [_sql_expr(c, t) if convert or t == pl.String else quote_name(c) for c, t in cols.items()]
+        rows = self._rows(f"SELECT {', '.join(exprs)} {source}")
+        columns = zip(*rows, strict=True) if rows else ([] for _ in cols)
+        try:
+            series = [pl.Series(c, v, t, strict=True) for (c, t), v in zip(cols.items(), columns, strict=True)]
+        except TypeError:
+            return None
+        return pl.DataFrame(series)
+
+    def _rows(self, sql: str) -> list[tuple]:
+        """All rows of ``sql``, text decoded by sqlite3's own strict UTF-8 reader; read again, decoded with
+        replacement, when some text is not UTF-8 (which sqlite3 reports as an ``OperationalError``)."""
+        self.conn.text_factory = str
+        try:
+            return self.conn.execute(sql).fetchall()
+        except sqlite3.OperationalError:  # a failure that is not about text fails the same way again
+            self.conn.text_factory = _decode
+            return self.conn.execute(sql).fetchall()
+        finally:
+            self.conn.text_factory = _decode
+
+    def _count_coerced(self, table: str, frame: pl.DataFrame, source: str) -> None:
+        """Count the values of ``table`` that were present but could not be read as their column's type: a
+        column's nulls in ``frame`` less the stored NULLs. SQLite answers ``c IS NULL`` as false for a column
+        declared NOT NULL, so a NULL stored there anyway counts as lost."""
+        nulls = {c: n for c, n in zip(frame.columns, frame.null_count().row(0), strict=True) if n}
+        if not nulls:
             return
-        lost = [f"TOTAL({quote_name(c)} IS NOT NULL AND ({e}) IS NULL)" for c, e in exprs.items()]
-        (counts,) = self.conn.execute(f"SELECT {', '.join(lost)} {source}").fetchall()
-        for col, n in zip(exprs, counts, strict=True):
-            if n:
-                self.coerced[f"{table}.{col}"] += int(n)
+        stored = ", ".join(f"TOTAL({quote_name(c)} IS NULL)" for c in nulls)
+        (counts,) = self.conn.execute(f"SELECT {stored} {source}").fetchall()
+        for (col, n), null in zip(nulls.items(), counts, strict=True):
+            if lost := n - int(null):
+                self.coerced[f"{table}.{col}"] += lost
 
     def close(self) -> None:
         if self.conn is not None:
