@@ -15,7 +15,7 @@ from dataclasses import dataclass
 class Measured:
     wall_s: float
     cpu_s: float
-    peak_tree_rss: int  # bytes: the largest sum of RSS over the process group seen while it ran
+    peak_tree_rss: int  # bytes: the largest sum of RSS over the process group seen while it ran (sampled)
     leftover: int  # processes still in the group when the command exited
 
 
@@ -64,7 +64,8 @@ def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.0
             pass
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
-    return Measured(wall, usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss * 1024), leftover)
+    # Sampled only: the child's ru_maxrss starts from this process's own size (it is kept across fork and exec).
+    return Measured(wall, usage.ru_utime + usage.ru_stime, peak, leftover)
 
 
 @dataclass(frozen=True)

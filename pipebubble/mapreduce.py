@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -43,10 +42,10 @@ class FilePart:
     gpu: GpuPart | None = None
 
 
-def map_spans(result: FileResult, options: Options, pool: Executor | None = None) -> FilePart:
-    """Map, given a file already read (and the pool that read it, which a spilled table's lanes use)."""
+def map_spans(result: FileResult, options: Options) -> FilePart:
+    """Map, given a file already read."""
     if result.meta.get("spill"):
-        return _map_spilled(result, options, pool)
+        return _map_spilled(result, options)
     spans = result.spans
     return _part(result, options, lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options))
 
@@ -110,16 +109,15 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
     return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0, **frames)
 
 
-def _map_spilled(result: FileResult, options: Options, pool: Executor | None = None) -> FilePart:
-    """A span table too big for memory, in Parquet files: lanes are computed in time windows (by a worker of
-    ``pool`` when given, meanwhile this process does the rest). Its stage work and serving steps need the
-    table whole, so it is read whole only when it can hold them: when the file is one of several ranks, or
-    when its annotations carry engine step labels."""
+def _map_spilled(result: FileResult, options: Options) -> FilePart:
+    """A span table too big for memory, in Parquet files: lanes are computed in time windows. Its stage work
+    and serving steps need the table whole, so it is read whole only when it can hold them: when the file
+    is one of several ranks, or when its annotations carry engine step labels."""
+    from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.stage_part import one_stage
 
-    spill = result.meta["spill"]
-    lanes_at = pool.submit(spilled_lanes, spill) if pool is not None else None
-    scan = pl.scan_parquet(Path(spill) / "*.parquet")
+    scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
+    lanes = lane_table_windowed(scan)
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)
     lone = options.files == 1 and one_stage(scan)
@@ -128,18 +126,9 @@ def _map_spilled(result: FileResult, options: Options, pool: Executor | None = N
             pl.lit(None).cast(t).alias(c) for c, t in _UNUSED.items()
         )
         gpu = breakdown_part(needed.collect(), options)
-        lanes = _frame(lanes_at.result() if lanes_at else spilled_lanes(spill))
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
     whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
-    lanes = _frame(lanes_at.result() if lanes_at else spilled_lanes(spill))
     return replace(whole, lanes=lanes, file=replace(whole.file, meta=result.meta))
-
-
-def spilled_lanes(spill: str) -> bytes:
-    """The lanes of a spilled span table, as Arrow IPC bytes (so a worker can send them)."""
-    from pipebubble.analysis.lanes import lane_table_windowed
-
-    return _ipc(lane_table_windowed(pl.scan_parquet(Path(spill) / "*.parquet")))
 
 
 #: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps, and the communication operators
@@ -161,10 +150,10 @@ _UNUSED = {"source": pl.String, "tid": pl.Int64, "stream": pl.Int64, "external_i
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:
     """Map, in a worker: read ``path`` where it lies (a big JSON file on ``workers`` processes) and return the
     part as bytes. ``read_file`` puts every file on the one clock, so files mapped apart line up."""
-    from pipebubble.ingest import reading
+    from pipebubble.ingest import read_file
 
-    with reading(Path(path), position, use_cache, workers) as (result, pool):
-        return encode(map_spans(result, options, pool))
+    result = read_file(Path(path), position, use_cache, workers)
+    return encode(map_spans(result, options))
 
 
 def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = True) -> list[bytes]:

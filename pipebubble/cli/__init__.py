@@ -67,6 +67,9 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every outcome becomes one of the documented exit codes."""
+    from pipebubble import _worker
+
+    _worker.keep_freed_memory()
     try:
         _register()
         code = app(args=argv, standalone_mode=False)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -124,29 +124,19 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     """One file through the cache; a big JSON file is decoded on ``workers`` cores (this process and a pool
     of the others). Warnings about the cache raised meanwhile come back among the file's warnings (never
     stored with it)."""
-    with reading(path, position, use_cache, workers) as (result, _):
-        return result
-
-
-@contextmanager
-def reading(
-    path: Path | str, position: int = 0, use_cache: bool = True, workers: int = 1
-) -> Iterator[tuple[FileResult, Executor | None]]:
-    """``read_file``, and the pool that decoded the file's blocks (None when there was none), open until
-    the block ends: the caller's work on the file can use its workers too."""
     path = Path(path)
     seen = len(cache.warnings())
     entry_key = cache.key(path)
     result = cache.get(path, entry_key) if use_cache else None
-    reader = readers.reader_for(path) if result is None else None
-    split = reader is not None and workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
-    with _pool(workers - 1) if split else nullcontext() as pool:
-        if reader is not None:
+    if result is None:
+        reader = readers.reader_for(path)
+        split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
+        with _pool(workers - 1) if split else nullcontext() as pool:
             result = _read_somewhere(reader, path, position, pool, entry_key)
-            if use_cache and entry_key is not None and cache.key(path) == entry_key:  # unchanged while read
-                cache.put(path, result, entry_key)
-        fresh = cache.warnings()[seen:]
-        yield _on_clock(replace(result, warnings=[*result.warnings, *fresh]) if fresh else result), pool
+        if use_cache and entry_key is not None and cache.key(path) == entry_key:  # unchanged while read
+            cache.put(path, result, entry_key)
+    fresh = cache.warnings()[seen:]
+    return _on_clock(replace(result, warnings=[*result.warnings, *fresh]) if fresh else result)
 
 
 def _on_clock(result: FileResult) -> FileResult:
