@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,6 +68,30 @@ def test_big_frames_keyed_by_group_number_merge_the_same(rows):
         assert merge(table, ["g", "k"]).rows() == plain.rows()
     finally:
         intervals._KEYED_ROWS = keyed_at
+
+
+huge = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(-(2**61), 2**61), st.integers(0, 2**60)), max_size=30
+)
+
+
+@pytest.mark.parametrize("cases", [intervals, huge], ids=["narrow", "too wide for one running maximum"])
+def test_big_frames_merge_with_one_running_maximum_or_per_group(cases, monkeypatch):
+    """Merged as a big frame is (one cumulative pass; a window per group where moved times could overflow):
+    the naive sweep's answer."""
+    from pipebubble.analysis import intervals as iv
+
+    monkeypatch.setattr(iv, "_KEYED_ROWS", 0)
+
+    @settings(max_examples=200, deadline=None)
+    @given(cases)
+    def check(rows):
+        merged = merge(frame(rows), ["g"]) if rows else None
+        for group in {g for g, _, _ in rows}:
+            expected = naive_merge([(s, s + d) for g, s, d in rows if g == group])
+            assert [(s, e) for g, s, e in merged.rows() if g == group] == expected
+
+    check()
 
 
 @settings(max_examples=200, deadline=None)

@@ -11,17 +11,53 @@ import polars as pl
 
 def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "end") -> pl.DataFrame:
     """Merged (union) intervals per group: columns ``by`` + ``start``, ``end``, sorted. Pieces are contiguous
-    after the sort, so the k-th row that opens a piece pairs with the k-th row that closes one (no group-by)."""
+    after the sort, so the k-th row that opens a piece pairs with the k-th row that closes one (no group-by).
+
+    The running maximum of the ends is a window per group; in a big frame, one cumulative pass over the
+    whole frame instead (``_flat``)."""
     if frame.is_empty():
         return frame.select(*by, start, end).clear()
     ordered, group = _ordered(frame.select(*by, start, end), by, start)
-    reach = pl.col(end).cum_max().over(group)
-    opens = (pl.col(start) > reach.shift(1).over(group)).fill_null(True)
-    ordered = ordered.with_columns(reach=reach).with_columns(opens=opens)
+    flat = _flat(ordered, group, start, end) if ordered.height >= _KEYED_ROWS else None
+    if flat is not None:
+        reach, opens = flat
+    else:
+        reach = pl.col(end).cum_max().over(group)
+        opens = (pl.col(start) > reach.shift(1).over(group)).fill_null(True)
+    ordered = ordered.with_columns(reach=reach, opens=opens)
     closes = pl.col("opens").shift(-1).fill_null(True)
     heads = ordered.filter("opens").select(*by, start)
     tails = ordered.filter(closes).select(pl.col("reach").alias(end))
     return heads.with_columns(tails[end])
+
+
+#: Moved times stay below this (int64 holds 2**63).
+_FLAT_LIMIT = 2**62
+
+
+def _flat(ordered: pl.DataFrame, group: list[str], start: str, end: str) -> tuple[pl.Expr, pl.Expr] | None:
+    """The running maximum of the ends (``reach``) and the rows that open a piece, in one cumulative pass
+    over a frame sorted by ``group`` then ``start``: each group's times are moved into a range of their own,
+    above every earlier group's (group number × the frame's time width), so no group sees another's ends.
+    None where the moved times could overflow, or a time is missing."""
+    number = _number(group)
+    lo, hi, last, missing = ordered.select(
+        lo=pl.col(start).min(), hi=pl.col(end).max(), last=number.max(),
+        missing=pl.col(start).null_count() + pl.col(end).null_count(),
+    ).row(0)
+    if missing or (last + 2) * (hi - lo + 1) >= _FLAT_LIMIT:
+        return None
+    offset = number * (hi - lo + 1) - lo  # group g's times land in [g·width, (g+1)·width)
+    running = (pl.col(end) + offset).cum_max()
+    return running - offset, (pl.col(start) + offset > running.shift(1)).fill_null(True)
+
+
+def _number(group: list[str]) -> pl.Expr:
+    """Each row's group number in a frame sorted by ``group``: 0, 1, ... in order (keys compared null-safely)."""
+    if not group:
+        return pl.lit(0, pl.Int64)
+    changed = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in group)
+    return changed.fill_null(False).cast(pl.Int64).cum_sum()
 
 
 #: Above this many rows, string group keys are sorted once per distinct value, not once per row.
