@@ -200,8 +200,6 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
 
 
 def summarize(parts: list[FilePart]) -> IngestSummary:
-    from pipebubble.ingest.nsys import unaligned
-
     skipped: Counter[str] = Counter()
     for p in parts:
         skipped.update(p.file.skipped)
@@ -211,10 +209,19 @@ def summarize(parts: list[FilePart]) -> IngestSummary:
         spans=sum(p.file.meta.get("spans", 0) for p in parts),
         skipped=dict(sorted(skipped.items())),
         # A warning every file repeats (the cache's, raised once in each worker) is reported once.
-        warnings=list(dict.fromkeys([w for p in parts for w in p.file.warnings] + unaligned([p.file for p in parts]))),
+        warnings=list(dict.fromkeys([w for p in parts for w in p.file.warnings] + _unaligned(parts))),
         formats={p.file.source: p.file.format for p in parts},
         unread_bytes=sum(p.file.meta.get("unread_bytes", 0) for p in parts),
     )
+
+
+def _unaligned(parts: list[FilePart]) -> list[str]:
+    """Nsight reports of several that could not be put on UTC (the Nsight reader is loaded only for them)."""
+    if sum(p.file.format == "nsys" for p in parts) < 2:
+        return []
+    from pipebubble.ingest.nsys import unaligned
+
+    return unaligned([p.file for p in parts])
 
 
 def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable[[str], None] | None = None) -> Report:

@@ -24,10 +24,10 @@ from pipebubble.ingest.nsys_tables import (
     ParquetTables,
     SqliteTables,
     Tables,
-    is_sqlite,
     looks_like_nsys,
     one_line,
 )
+from pipebubble.ingest.readers import is_sqlite
 from pipebubble.spans import empty
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")

@@ -24,7 +24,6 @@ import polars as pl
 
 from pipebubble.errors import TraceFormatError
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Longest reason quoted from an SQLite or Parquet error; the rest is cut.
 REASON_CHARS = 240
 #: What can go wrong reading a damaged SQLite file (error text that is not UTF-8 arrives as a decode error).
@@ -236,14 +235,6 @@ class ParquetTables:
 
 
 Tables = SqliteTables | ParquetTables
-
-
-def is_sqlite(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 def looks_like_nsys(names: set[str]) -> bool:

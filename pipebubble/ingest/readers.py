@@ -45,11 +45,26 @@ NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # need nsys to export them, unle
 def _nsys_claims(path: Path) -> bool:
     if path.name.endswith(NSYS_SUFFIXES):
         return True
+    # Said without loading the Nsight reader (and polars): a folder with no table in it is no parquetdir
+    # export, a file that is not SQLite no export.
     if path.is_dir() and not any(p.suffix == ".parquet" or p.is_dir() for p in path.iterdir()):
-        return False  # no table in it, so not a parquetdir export (said without loading polars)
+        return False
+    if path.is_file() and not is_sqlite(path):
+        return False
     from pipebubble.ingest import nsys
 
     return nsys.sniff(path)
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _nsys_read(path: Path, where: Where) -> FileResult:
