@@ -73,3 +73,23 @@ def test_no_process_outlives_a_pooled_run(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0"
+
+
+def test_the_pipebubble_script_runs_as_the_module_so_workers_skip_the_cli(monkeypatch, tmp_path):
+    """A run started by the console script names ``pipebubble.__main__`` as its main module, which spawned
+    workers skip (else each would import the whole command line interface first)."""
+    import types
+
+    from pipebubble import cli
+
+    script = types.ModuleType("__main__")
+    script.__file__ = str(tmp_path / "bin" / "pipebubble")
+    script.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    cli._as_module()
+    assert script.__spec__.name == "pipebubble.__main__"
+    other = types.ModuleType("__main__")
+    other.__file__, other.__spec__ = str(tmp_path / "train.py"), None
+    monkeypatch.setitem(sys.modules, "__main__", other)
+    cli._as_module()
+    assert other.__spec__ is None  # anyone else's main module is left as it is

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from pathlib import Path
 
 import typer
 
@@ -65,11 +66,24 @@ def _register() -> None:
         module.register(app)
 
 
+def _as_module() -> None:
+    """Started by the ``pipebubble`` script, run as ``python -m pipebubble`` does: a pool's spawned workers
+    import their parent's main module first, which for the script is the whole command line interface,
+    but skip one named ``pipebubble.__main__``."""
+    main = sys.modules.get("__main__")
+    script = Path(getattr(main, "__file__", None) or "").name == "pipebubble"
+    if main is not None and script and getattr(main, "__spec__", None) is None:
+        import importlib.util
+
+        main.__spec__ = importlib.util.find_spec("pipebubble.__main__")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every outcome becomes one of the documented exit codes."""
     from pipebubble import _worker
 
     _worker.keep_freed_memory()
+    _as_module()
     try:
         _register()
         code = app(args=argv, standalone_mode=False)
