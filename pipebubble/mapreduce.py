@@ -72,10 +72,15 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
     no two of the same rank, have their lanes, collectives and breakdown computed once over all their
     spans (those group by lane and by rank, so each file's rows are what it gives alone) and split by
     rank; the job-wide sums (kernel and host summaries, point-to-point counts, step lengths) go with the
-    first of them. Other files (spilled, rankless, a rank twice) are mapped alone."""
+    first of them. Other files (spilled, rankless, a rank twice, a lane name another file has too) are
+    mapped alone."""
     ranks = [_only_rank(r) for r in results]
     counts = Counter(ranks)
-    together = [k for k, rank in enumerate(ranks) if rank is not None and counts[rank] == 1]
+    lanes_of = {k: set(results[k].spans["lane"].unique()) for k, rank in enumerate(ranks) if rank is not None}
+    seen = Counter(lane for lanes in lanes_of.values() for lane in lanes)
+    together = [
+        k for k, lanes in lanes_of.items() if counts[ranks[k]] == 1 and all(seen[lane] == 1 for lane in lanes)
+    ]
     parts: list[FilePart | None] = [None] * len(results)
     if len(together) > 1:
         spans = pl.concat([results[k].spans for k in together], how="vertical")

@@ -87,6 +87,22 @@ def test_a_rank_twice_and_an_empty_file_are_mapped_alone(tmp_path):
     assert_same([twice])
 
 
+def test_files_sharing_a_lane_name_are_mapped_alone(tmp_path):
+    """Ranks that differ but lanes named alike (lane names that do not carry the rank) would merge."""
+    from dataclasses import replace as with_
+
+    folder = shapes.data_parallel(tmp_path, [10.0, 12.0, 11.0])
+    files = find_traces([folder])
+    options = Options(files=len(files))
+    results = [read_file(f, i, use_cache=False) for i, f in enumerate(files)]
+    renamed = [with_(r, spans=r.spans.with_columns(pl.col("lane").str.replace(r"^rank\d+/", ""))) for r in results]
+    assert set(renamed[0].spans["lane"]) & set(renamed[1].spans["lane"])  # the same names in both
+    together = mapreduce.reduce(mapreduce.map_together(renamed, options), options)
+    alone = mapreduce.reduce([mapreduce.map_spans(r, options) for r in renamed], options)
+    assert together.to_dict() == alone.to_dict()
+    assert len(together.lanes) == sum(mapreduce.map_spans(r, options).lanes.height for r in renamed)
+
+
 def test_a_spilled_file_is_mapped_alone(tmp_path, monkeypatch):
     folder = shapes.data_parallel(tmp_path, [10.0, 12.0])
     files = find_traces([folder])
