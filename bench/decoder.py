@@ -2,7 +2,7 @@
 
     python bench/decoder.py [--events 2000000] [--blocks 4]
 
-Takes ``--blocks`` blocks of the events array (16 MB each, as the reader cuts them) from a generated
+Takes ``--blocks`` blocks of the events array (as the reader cuts them) from a generated
 Kineto-like trace and times, in this process on one thread (median of 3 runs per block):
 
 - ``json.loads`` of the block (the stdlib baseline);

@@ -146,9 +146,10 @@ def _rank(header: dict, path: Path, position: int) -> tuple[int, str | None]:
 
 def block_spans(
     events: pl.DataFrame, source: str, rank: int, base: int, spill: str | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame, Counter]:
+) -> tuple[pl.DataFrame, pl.DataFrame, Counter, list[str]]:
     """One block's complete events as spans (written to a Parquet file in ``spill`` instead, when given);
-    the events to pair or name later (with ``base`` added), and the count of events not kept.
+    the events to pair or name later (with ``base`` added), the count of events not kept, and the file
+    written.
 
     ``ts_ns`` and ``base`` both lie strictly within ±2**62, so their sum cannot overflow; a sum beyond the
     limit marks the event ``out_of_range``."""
@@ -162,10 +163,11 @@ def block_spans(
     rest = events.filter(pl.col("ph").is_in(["B", "E", "b", "e", "M"]))
     table, off_device = _to_spans(complete, source, rank)
     skipped.update(off_device)
+    written = []
     if spill is not None:
-        _write_part(table, spill)
+        written = _write_part(table, spill)
         table = table.clear()
-    return rest, table, skipped
+    return rest, table, skipped, written
 
 
 def _spilled_rows(folder: Path) -> int:
@@ -174,12 +176,14 @@ def _spilled_rows(folder: Path) -> int:
     return pl.scan_parquet(written).select(pl.len()).collect().item() if written else 0
 
 
-def _write_part(table: pl.DataFrame, folder: str) -> None:
+def _write_part(table: pl.DataFrame, folder: str) -> list[str]:
     """One part of a spilled span table, sorted by start so a time window reads few row groups; lz4, as the
     cache's tables (twice zstd's size, half its time to write and to read back)."""
-    if table.height:
-        part = Path(folder) / f"part-{uuid.uuid4().hex}.parquet"
-        table.sort("start").write_parquet(part, row_group_size=256_000, compression="lz4")
+    if not table.height:
+        return []
+    part = Path(folder) / f"part-{uuid.uuid4().hex}.parquet"
+    table.sort("start").write_parquet(part, row_group_size=256_000, compression="lz4")
+    return [str(part)]
 
 
 def _not_spans(phases: Counter[str]) -> Counter[str]:

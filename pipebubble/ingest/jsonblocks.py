@@ -34,17 +34,19 @@ _PROBE = msgspec.json.Decoder(list[msgspec.Raw])  # syntax only: is this prefix 
 @dataclass
 class Block:
     """One decoded block: its event columns (what ``finish`` left of them), phase counts, and what ``finish``
-    made of it in the process that decoded it (spans, counts of events not kept)."""
+    made of it in the process that decoded it (spans, counts of events not kept, the files it wrote)."""
 
     events: pl.DataFrame
     phases: Counter[str]
     spans: pl.DataFrame | None = None
     skipped: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
+    written: list[str] = field(default_factory=list)
 
 
-#: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts) out.
-Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter]]
+#: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts, files
+#: written: a spilled block's Parquet part) out.
+Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter, list[str]]]
 
 
 class Unverified(Exception):
@@ -104,9 +106,11 @@ def decode_region(
             results[i] = _try_block(_wrapped(region, start, cuts[j][1]), fn)
         if not isinstance(results[i], BlockError):
             blocks.append(results[i])
+            _discard(results[i + 1 : j + 1])  # decoded alone too, before the join
             i = j + 1
             continue
         if whole is None:
+            _discard(blocks + results)
             raise Unverified
         error, end = results[i], cuts[j][1]
         if whole or not error.truncated:
@@ -116,6 +120,7 @@ def decode_region(
         good = _last_whole_prefix(region, start, end)
         if good is None:
             raise TraceFormatError(path, f"malformed trace event at byte {at + start}")
+        _discard(results[i + 1 : j + 1])
         if good > start:
             blocks.append(_block(_wrapped(region, start, good), fn))
         # unread: from the first byte of the partial event, whichever block it was found in
@@ -150,8 +155,16 @@ def _block(block: bytes, fn: Finish | None) -> Block:
     decoded = decode_block(block)
     if fn is None:
         return Block(decoded.frame, decoded.phases, repairs=decoded.repairs)
-    rest, spans, skipped = fn(decoded.frame)
-    return Block(rest, decoded.phases, spans, skipped, decoded.repairs)
+    rest, spans, skipped, written = fn(decoded.frame)
+    return Block(rest, decoded.phases, spans, skipped, decoded.repairs, written)
+
+
+def _discard(results: list) -> None:
+    """Blocks decoded but not used (read again joined to the block before them, or all of them when the
+    document is decoded again another way): the files they wrote go, so no span is written twice."""
+    for result in results:
+        for written in getattr(result, "written", ()):
+            Path(written).unlink(missing_ok=True)
 
 
 def _cuts(region: memoryview, block_bytes: int) -> list[tuple[int, int]]:

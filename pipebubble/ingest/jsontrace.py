@@ -33,8 +33,9 @@ from pipebubble.ingest.jsonsplit import split_object, split_quick
 
 __all__ = ["BLOCK_BYTES", "GUNZIP_TO_DISK", "Decoded", "Finish", "Opened", "decode", "opened"]
 
-#: Bytes of JSON text per decode block (read at call time, so patching it here takes effect).
-BLOCK_BYTES = 16 << 20
+#: Bytes of JSON text per decode block (read at call time, so patching it here takes effect): 8 MB measured
+#: a few per cent faster than 4 or 16 MB on a 500 MB trace, and 32 MB slower still.
+BLOCK_BYTES = 8 << 20
 #: Gzipped traces bigger than this are gunzipped to a scratch file rather than into memory.
 GUNZIP_TO_DISK = 16 << 20
 

@@ -155,10 +155,10 @@ def _json_spills(path: Path) -> bool:
 
 
 def _json_splits(path: Path) -> bool:
-    """Several decode blocks' worth of JSON text."""
+    """Enough decode blocks' worth of JSON text to be worth starting a pool for (over 32 MB)."""
     from pipebubble.ingest.jsontrace import BLOCK_BYTES
 
-    return path.is_file() and _json_text_bytes(path) > 2 * BLOCK_BYTES
+    return path.is_file() and _json_text_bytes(path) > max(4 * BLOCK_BYTES, 32 << 20)
 
 
 READERS = (
