@@ -29,8 +29,9 @@ Batch = Callable[[list[Job]], list] | None
 
 #: Files smaller than this are handed over in batches (when the work can take several at once) ...
 BATCH_FILE_BYTES = 4 << 20
-#: ... of at most this many files, and few enough files each that every core still gets four batches.
-MAX_BATCH = 16
+#: ... of at most this many files and bytes (a gzipped trace holds ten times its size), and few enough
+#: files each that every core still gets four batches.
+MAX_BATCH, MAX_BATCH_BYTES = 16, 16 << 20
 
 
 def each(
@@ -112,7 +113,15 @@ def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
     small = [k for k in order if batched and sizes[k] < BATCH_FILE_BYTES]
     alone = [[k] for k in order[: len(order) - len(small)]]  # the small ones are the last in size order
     per = max(1, min(MAX_BATCH, len(small) // (4 * cores)))
-    return alone + [small[i : i + per] for i in range(0, len(small), per)]
+    batches: list[list[int]] = []
+    held = 0
+    for k in small:
+        if not batches or len(batches[-1]) == per or held + sizes[k] > MAX_BATCH_BYTES:
+            batches.append([])
+            held = 0
+        batches[-1].append(k)
+        held += sizes[k]
+    return alone + batches
 
 
 def _run(fn: Callable, batch: Batch, unit: list[Job]) -> list:

@@ -164,6 +164,15 @@ def test_small_files_are_batched_big_ones_go_alone(tmp_path):
         os.path.getsize(jobs[k][0])))]
 
 
+def test_a_batch_holds_at_most_its_bytes(tmp_path, monkeypatch):
+    """Small files that are big together (gzipped traces hold ten times their size) go in smaller batches."""
+    monkeypatch.setattr(executor, "MAX_BATCH_BYTES", 1_000)
+    jobs = _files(tmp_path, [300] * 24)
+    units = executor._units(jobs, cores=1, batched=True)
+    assert sorted(k for u in units for k in u) == list(range(24))
+    assert [len(u) for u in units] == [3] * 8  # 4 would hold 1,200 bytes
+
+
 def test_batches_come_back_in_job_order(tmp_path):
     jobs = _files(tmp_path, [100 + i for i in range(40)])
     done: list[str] = []
