@@ -196,3 +196,17 @@ def test_then_runs_here_on_every_result_as_it_arrives(tmp_path):
     out = executor.each(jobs, ran, Scale(workers=2), batch=ran_together, then=then)
     assert [position for position, *_ in out] == list(range(20)) and sorted(arrived) == list(range(20))
     assert {here for *_, here in out} == {os.getpid()} and len({pid for _, pid, *_ in out}) == 2
+
+
+def test_a_folder_of_many_ranks_runs_in_batches_to_the_same_report(tmp_path):
+    """End to end: 24 data-parallel ranks on 2 cores go in batches of 3 (this process and a worker), and
+    give the report that mapping each file alone gives."""
+    from pipebubble.run import of_results, run
+
+    folder = shapes.data_parallel(tmp_path, [10.0 + (i % 5) for i in range(24)], steps=2)
+    files = find_traces([folder])
+    assert len(executor._units([(str(f), i) for i, f in enumerate(files)], 2, True)) == 8
+    batched = run([folder], scale=Scale(workers=2, use_cache=False)).to_dict()
+    alone = of_results([read_file(f, i, use_cache=False) for i, f in enumerate(files)]).to_dict()
+    assert json.dumps(batched, sort_keys=True) == json.dumps(alone, sort_keys=True)
+    assert len(batched["ingest"]["files"]) == 24 and batched["collectives"] is not None
