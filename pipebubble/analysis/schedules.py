@@ -159,7 +159,10 @@ def validate(schedule: Schedule) -> None:
             f"schedule {schedule.name!r}: {len(schedule.orders)} orders for {schedule.stages} stages"
         )
     expected = _expected(schedule)
+    once = set(expected)  # each expected exactly once: a set of the same size equal to it says so
     for s, order in enumerate(schedule.orders):
+        if len(order) == len(once) and set(order) == once:
+            continue
         got = Counter(order)
         if got != expected:
             extra, missing = sorted((got - expected).elements()), sorted((expected - got).elements())

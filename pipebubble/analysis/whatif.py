@@ -7,6 +7,7 @@ Pure functions, int64 nanoseconds. Schedules (action orders) and their closed fo
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -167,10 +168,12 @@ def _dependency(schedule: Schedule, stage: int, action: Action) -> Key | None:
     return ("B", j, k)
 
 
+@functools.lru_cache(maxsize=16)
 def simulate(schedule: Schedule, times: StageTimes) -> Simulation:
     """Start every action when its stage is free and its dependency has ended (plus the hand-off when the
     dependency ran on another stage); its compute follows its set-up. Raises StageSpecError if the orders
-    deadlock."""
+    deadlock. Pure, on frozen values: a job's report asks for the same replay several times (the measured
+    schedule's, for the summary, the calibration and the what-if baseline), and it is run once."""
     validate(schedule)
     _check_times(schedule, times)
     sim = _Sim(schedule, times)
