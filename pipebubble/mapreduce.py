@@ -115,14 +115,23 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
-    """A span table too big for memory, in Parquet files: lanes are computed in time windows. Its stage work
-    and serving steps need the table whole, so it is read whole only when it can hold them: when the file
-    is one of several ranks, or when its annotations carry engine step labels."""
+    """A span table too big for memory, in Parquet files: lanes are computed in time windows (on a thread of
+    their own, meanwhile the rest: each query alone leaves cores idle). Its stage work and serving steps
+    need the table whole, so it is read whole only when it can hold them: when the file is one of several
+    ranks, or when its annotations carry engine step labels."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.stage_part import one_stage
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
-    lanes = lane_table_windowed(scan)
+    with ThreadPoolExecutor(1) as thread:
+        lanes_at = thread.submit(lane_table_windowed, scan)
+        part = _spilled_rest(result, options, scan, one_stage)
+        return replace(part, lanes=lanes_at.result())
+
+
+def _spilled_rest(result: FileResult, options: Options, scan: pl.LazyFrame, one_stage) -> FilePart:
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)
     lone = options.files == 1 and one_stage(scan)
@@ -131,9 +140,9 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
             pl.lit(None).cast(t).alias(c) for c, t in _UNUSED.items()
         )
         gpu = breakdown_part(needed.collect(), options)
-        return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
+        return FilePart(replace(result, spans=labels.clear()), pl.DataFrame(), None, None, [], None, gpu)
     whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
-    return replace(whole, lanes=lanes, file=replace(whole.file, meta=result.meta))
+    return replace(whole, file=replace(whole.file, meta=result.meta))
 
 
 #: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps, and the communication operators
