@@ -115,34 +115,29 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
-    """A span table too big for memory, in Parquet files: lanes are computed in time windows (on a thread of
-    their own, meanwhile the rest: each query alone leaves cores idle). Its stage work and serving steps
-    need the table whole, so it is read whole only when it can hold them: when the file is one of several
-    ranks, or when its annotations carry engine step labels."""
+    """A span table too big for memory, in Parquet files. Its stage work and serving steps need the table
+    whole, so it is read whole when it must hold them: when the file is one of several ranks, or when its
+    annotations carry engine step labels (its lanes are then computed from it, as from any table in memory).
+    Otherwise only the breakdown's spans are read, and the lanes are computed in time windows on a thread
+    of their own meanwhile (each query alone leaves cores idle)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.stage_part import one_stage
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
-    with ThreadPoolExecutor(1) as thread:
-        lanes_at = thread.submit(lane_table_windowed, scan)
-        part = _spilled_rest(result, options, scan, one_stage)
-        return replace(part, lanes=lanes_at.result())
-
-
-def _spilled_rest(result: FileResult, options: Options, scan: pl.LazyFrame, one_stage) -> FilePart:
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)
-    lone = options.files == 1 and one_stage(scan)
-    if lone and steps is None:
+    if not (options.files == 1 and one_stage(scan) and steps is None):
+        whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
+        return replace(whole, file=replace(whole.file, meta=result.meta))
+    with ThreadPoolExecutor(1) as thread:
+        lanes = thread.submit(lane_table_windowed, scan)
         needed = scan.filter(_BREAKDOWN_SPANS).with_columns(
             pl.lit(None).cast(t).alias(c) for c, t in _UNUSED.items()
         )
         gpu = breakdown_part(needed.collect(), options)
-        return FilePart(replace(result, spans=labels.clear()), pl.DataFrame(), None, None, [], None, gpu)
-    whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
-    return replace(whole, file=replace(whole.file, meta=result.meta))
+        return FilePart(replace(result, spans=labels.clear()), lanes.result(), None, None, [], None, gpu)
 
 
 #: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps, and the communication operators
@@ -230,8 +225,9 @@ def summarize(parts: list[FilePart]) -> IngestSummary:
 
 
 def _unaligned(parts: list[FilePart]) -> list[str]:
-    """Nsight reports of several that could not be put on UTC (the Nsight reader is loaded only for them)."""
-    if sum(p.file.format == "nsys" for p in parts) < 2:
+    """Nsight reports of several that could not be put on UTC (``nsys.unaligned``; the Nsight reader is
+    loaded only for a job that has Nsight reports)."""
+    if not any(p.file.format == "nsys" for p in parts):
         return []
     from pipebubble.ingest.nsys import unaligned
 

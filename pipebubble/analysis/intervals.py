@@ -53,7 +53,10 @@ def _flat(ordered: pl.DataFrame, group: list[str], start: str, end: str) -> tupl
 
 
 def _number(group: list[str]) -> pl.Expr:
-    """Each row's group number in a frame sorted by ``group``: 0, 1, ... in order (keys compared null-safely)."""
+    """Each row's group number in a frame sorted by ``group``: 0, 1, ... in order (keys compared null-safely);
+    a keyed frame's ``_group`` is that number already."""
+    if group == [_GROUP]:
+        return pl.col(_GROUP).cast(pl.Int64)
     if not group:
         return pl.lit(0, pl.Int64)
     changed = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in group)
@@ -62,6 +65,7 @@ def _number(group: list[str]) -> pl.Expr:
 
 #: Above this many rows, string group keys are sorted once per distinct value, not once per row.
 _KEYED_ROWS = 10_000
+_GROUP = "_group"  # the number a keyed frame's groups get
 
 
 def _ordered(frame: pl.DataFrame, by: list[str], start: str) -> tuple[pl.DataFrame, list[str]]:
@@ -70,9 +74,9 @@ def _ordered(frame: pl.DataFrame, by: list[str], start: str) -> tuple[pl.DataFra
     is sorted by that instead: the same order, without comparing strings row by row."""
     if frame.height < _KEYED_ROWS or all(frame.schema[c] != pl.String for c in by):
         return frame.sort(*by, start), by
-    groups = frame.select(by).unique().sort(by).with_row_index("_group")
+    groups = frame.select(by).unique().sort(by).with_row_index(_GROUP)
     keyed = frame.join(groups, on=by, how="left", nulls_equal=True)
-    return keyed.sort("_group", start), ["_group"]
+    return keyed.sort(_GROUP, start), [_GROUP]
 
 
 def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

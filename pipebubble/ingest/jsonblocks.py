@@ -110,7 +110,7 @@ def decode_region(
             i = j + 1
             continue
         if whole is None:
-            _discard(blocks + results)
+            _discard(results)  # every block kept so far is among them
             raise Unverified
         error, end = results[i], cuts[j][1]
         if whole or not error.truncated:
