@@ -7,10 +7,12 @@ dropping one bumps the version.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
+
+import msgspec
 
 from pipebubble.errors import PipebubbleError
 from pipebubble.report_serving import Episode, Interference, StepClass, ms4
@@ -318,11 +320,12 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: ``schema_version`` first, then the sections in the documented order; plain JSON
         values (lists, not tuples), so it equals what a saved report reads back as."""
-        body = asdict(self)
+        body = msgspec.to_builtins(self, str_keys=True)
         version = body.pop("schema_version")
-        body["interference"] = None if self.interference is None else self.interference.to_dict()
-        body["kernels"] = [k.to_dict() for k in self.kernels]
-        return json.loads(json.dumps({"schema_version": version, **body}))
+        if self.interference is not None:
+            body["interference"] = msgspec.to_builtins(self.interference.to_dict(), str_keys=True)
+        body["kernels"] = msgspec.to_builtins([k.to_dict() for k in self.kernels], str_keys=True)
+        return {"schema_version": version, **body}
 
 
 def from_dict(cls: type, data: Any) -> Any:

@@ -44,7 +44,8 @@ def run(paths: list[Path], options: Options = Options(), scale: Scale = Scale(),
     from pipebubble import mapreduce
 
     report = mapreduce.execute(files, replace(options, files=len(files)), scale, on_file)
-    cache.put_report(key, report.to_dict())
+    if key is not None:
+        cache.put_report(key, report.to_dict())
     return report
 
 

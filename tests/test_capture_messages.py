@@ -89,7 +89,10 @@ def test_one_line_says_what_is_captured_then_progress_follows(trained):
     lines = ours(proc.stderr)
     assert lines[0] == "pipebubble: capturing `python train.py`: optimizer steps 3-4, into out/"
     progress = [line.split("] ", 1)[1] for line in lines[1:-1]]
-    assert progress == ["profiler started", "recording steps 3-4", "trace written"]
+    # "writing the trace" gets a line of its own only when the write outlasts a poll of the rank's state
+    # (a loaded machine): the line is there or not, never in another place.
+    assert progress in (["profiler started", "recording steps 3-4", "trace written"],
+                        ["profiler started", "recording steps 3-4", "writing the trace", "trace written"])
     assert all(line.startswith("pipebubble: [") and "s] " in line for line in lines[1:-1])
     assert lines[-1].startswith("pipebubble: wrote 1 trace (") and " and capture.json to out/" in lines[-1]
 

@@ -51,19 +51,21 @@ def _root(
     """Find the bubbles in pipeline-parallel training and LLM serving traces."""
 
 
-_registered = False
+COMMANDS = ("analyze", "theory", "capture", "export", "check", "diff")  # in the order --help lists them
+_registered: set[str] = set()
 
 
-def _register() -> None:
-    """Add the subcommands once (tests call this as well as ``main``)."""
-    global _registered
-    if _registered:
-        return
-    _registered = True
-    from pipebubble.cli import analyze, capture, check, diff, export, theory
+def _register(argv: list[str] | None = None) -> None:
+    """Add the subcommands (tests call this as well as ``main``). A command line that names one, as in
+    ``pipebubble analyze ...``, imports and builds only that one; anything else (``--help``, a typo) gets
+    them all, so that typer can list them or say which names exist."""
+    import importlib
 
-    for module in (analyze, theory, capture, export, check, diff):
-        module.register(app)
+    named = next((a for a in argv if not a.startswith("-")), None) if argv else None
+    for name in (named,) if named in COMMANDS else COMMANDS:
+        if name not in _registered:
+            _registered.add(name)
+            importlib.import_module(f"pipebubble.cli.{name}").register(app)
 
 
 def _as_module() -> None:
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     _worker.keep_freed_memory()
     _as_module()
     try:
-        _register()
+        _register(sys.argv[1:] if argv is None else argv)
         code = app(args=argv, standalone_mode=False)
     except PipebubbleError as exc:
         print(f"pipebubble: error: {exc}", file=sys.stderr)
