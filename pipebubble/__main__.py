@@ -1,3 +1,3 @@
-from pipebubble.cli import main
+from pipebubble.cli import entry
 
-main()
+entry()

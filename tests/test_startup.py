@@ -4,6 +4,7 @@ imported everything already."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,65 @@ def test_a_json_trace_loads_only_its_command_and_no_nsight_reader(tmp_path):
     assert code == 0
     assert commands(modules) == {"analyze"}
     assert "pipebubble.ingest.nsys" not in modules and "sqlite3" not in modules
+
+
+# ``python -m pipebubble`` (like the ``pipebubble`` script) ends through ``cli.entry``: a quick exit that
+# skips the interpreter's teardown. What a normal exit does must still happen.
+
+SAMPLE = ROOT / "sample_traces" / "pipeline_1f1b"
+
+
+def module(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m pipebubble``, its stdout buffered as it is for most users (not under PYTHONUNBUFFERED)."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.run([sys.executable, "-m", "pipebubble", *argv], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_the_quick_exit_keeps_every_exit_code(tmp_path):
+    if not SAMPLE.exists():
+        pytest.skip("sample traces absent")
+    assert module("analyze", str(SAMPLE), "-q").returncode == 0
+    assert module("analyze", str(tmp_path / "absent.json")).returncode == 2
+    assert module("check", str(SAMPLE), "--max-bubble", "0.0001", "-q").returncode == 1
+
+
+def test_the_quick_exit_writes_all_that_was_buffered(tmp_path):
+    """What is still in stdout's buffer at the end (``--version`` prints without flushing) reaches the
+    pipe, and so does a report bigger than the buffer."""
+    proc = module("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("pipebubble ")
+    if not SAMPLE.exists():
+        pytest.skip("sample traces absent")
+    proc = module("analyze", str(SAMPLE), "--format", "json", "-q")
+    assert proc.returncode == 0
+    assert len(proc.stdout) > 8192 and json.loads(proc.stdout)["schema_version"]
+
+
+def test_a_reader_that_leaves_early_is_no_error():
+    """``pipebubble analyze ... | head -1``: exit 0, nothing on stderr."""
+    if not SAMPLE.exists():
+        pytest.skip("sample traces absent")
+    proc = subprocess.Popen([sys.executable, "-m", "pipebubble", "analyze", str(SAMPLE), "--format", "json", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and err == b""
+
+
+def test_exit_handlers_still_run(tmp_path):
+    """A cache that is not a folder sends a spill to a temporary folder, removed at exit."""
+    if not SAMPLE.exists():
+        pytest.skip("sample traces absent")
+    (tmp_path / "cache").write_text("not a folder")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": str(tmp_path / "cache"), "PIPEBUBBLE_SPILL_BYTES": "1000",
+           "TMPDIR": str(scratch)}
+    proc = module("analyze", str(SAMPLE / "rank0.pt.trace.json.gz"), "--format", "json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "using a temporary folder" in proc.stderr
+    assert json.loads(proc.stdout)["ingest"]["spans"] > 0
+    assert list(scratch.iterdir()) == []

@@ -7,8 +7,10 @@ the file), 3 an internal error (one line and a request to report it; the traceba
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -78,6 +80,46 @@ def _as_module() -> None:
         import importlib.util
 
         main.__spec__ = importlib.util.find_spec("pipebubble.__main__")
+
+
+def entry() -> None:
+    """The ``pipebubble`` command and ``python -m pipebubble``: ``main``, then an exit that skips the
+    interpreter's teardown (freeing every object and module one by one took a tenth of a second after a big
+    trace, and a sixth of a tiny trace's run). Output is flushed, other threads are waited for and the
+    exit handlers run first, as at any exit; a library caller's ``main`` exits as usual."""
+    try:
+        main()
+        code: object = OK
+    except SystemExit as done:
+        code = done.code
+    if code is not None and not isinstance(code, int):  # a message, as sys.exit takes one: printed, status 1
+        print(code, file=sys.stderr)
+        code = 1
+    status = _flushed(code or OK)
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
+def _flushed(status: int) -> int:
+    """``status``, once what is still buffered for stdout and stderr is written; 2 when stdout cannot take
+    it (a full disk), ``status`` as it was when its reader has left (``... | head``)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    except OSError as exc:
+        status = BAD_INPUT
+        print(f"pipebubble: error: <stdout>: {exc.strerror or exc}", file=sys.stderr)
+    except ValueError:  # closed
+        pass
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return status
 
 
 def main(argv: list[str] | None = None) -> None:
