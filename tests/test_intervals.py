@@ -61,13 +61,14 @@ def test_big_frames_keyed_by_group_number_merge_the_same(rows):
     from pipebubble.analysis import intervals
 
     table = pl.DataFrame([(g, k, s, s + d) for g, k, s, d in rows], schema=["g", "k", "start", "end"], orient="row")
-    plain = merge(table, ["g", "k"])
-    keyed_at = intervals._KEYED_ROWS
-    intervals._KEYED_ROWS = 0
+    keys = (["g", "k"], ["g"], ["k"], [])  # several keys; one with nulls; one without (numbered apart); none
+    plain = [merge(table, by) for by in keys]
+    keyed_at = intervals._FLAT_ROWS
+    intervals._FLAT_ROWS = 0
     try:
-        assert merge(table, ["g", "k"]).rows() == plain.rows()
+        assert [merge(table, by).rows() for by in keys] == [m.rows() for m in plain]
     finally:
-        intervals._KEYED_ROWS = keyed_at
+        intervals._FLAT_ROWS = keyed_at
 
 
 huge = st.lists(
@@ -81,7 +82,7 @@ def test_big_frames_merge_with_one_running_maximum_or_per_group(cases, monkeypat
     the naive sweep's answer."""
     from pipebubble.analysis import intervals as iv
 
-    monkeypatch.setattr(iv, "_KEYED_ROWS", 0)
+    monkeypatch.setattr(iv, "_FLAT_ROWS", 0)
 
     @settings(max_examples=200, deadline=None)
     @given(cases)

@@ -14,16 +14,17 @@ def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "
     after the sort, so the k-th row that opens a piece pairs with the k-th row that closes one (no group-by).
 
     The running maximum of the ends is a window per group; in a big frame, one cumulative pass over the
-    whole frame instead (``_flat``)."""
+    whole frame instead, sorted by one number per row (``_flat``)."""
     if frame.is_empty():
         return frame.select(*by, start, end).clear()
-    ordered, group = _ordered(frame.select(*by, start, end), by, start)
-    flat = _flat(ordered, group, start, end) if ordered.height >= _KEYED_ROWS else None
+    frame = frame.select(*by, start, end)
+    flat = _flat(frame, by, start, end) if frame.height >= _FLAT_ROWS else None
     if flat is not None:
-        reach, opens = flat
+        ordered, reach, opens = flat
     else:
-        reach = pl.col(end).cum_max().over(group)
-        opens = (pl.col(start) > reach.shift(1).over(group)).fill_null(True)
+        ordered = frame.sort(*by, start)
+        reach = pl.col(end).cum_max().over(by) if by else pl.col(end).cum_max()
+        opens = (pl.col(start) > (reach.shift(1).over(by) if by else reach.shift(1))).fill_null(True)
     ordered = ordered.with_columns(reach=reach, opens=opens)
     closes = pl.col("opens").shift(-1).fill_null(True)
     heads = ordered.filter("opens").select(*by, start)
@@ -31,52 +32,45 @@ def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "
     return heads.with_columns(tails[end])
 
 
+#: Above this many rows, a frame is merged in one cumulative pass (``_flat``).
+_FLAT_ROWS = 10_000
 #: Moved times stay below this (int64 holds 2**63).
 _FLAT_LIMIT = 2**62
+_GROUP, _AT = "_group", "_at"
 
 
-def _flat(ordered: pl.DataFrame, group: list[str], start: str, end: str) -> tuple[pl.Expr, pl.Expr] | None:
-    """The running maximum of the ends (``reach``) and the rows that open a piece, in one cumulative pass
-    over a frame sorted by ``group`` then ``start``: each group's times are moved into a range of their own,
-    above every earlier group's (group number × the frame's time width), so no group sees another's ends.
+def _flat(frame: pl.DataFrame, by: list[str], start: str, end: str) -> tuple[pl.DataFrame, pl.Expr, pl.Expr] | None:
+    """``frame`` sorted by group then start, its running maximum of the ends (``reach``) and the rows that
+    open a piece, in one cumulative pass: each group gets a number in the groups' own sort order (keys
+    compared null-safely), and its times are moved into a range of their own above every earlier group's
+    (number × the frame's time width). The moved start is then the one sort key, a single integer instead
+    of strings and times compared row by row (3× faster to sort), and no group sees another's ends.
     None where the moved times could overflow, or a time is missing."""
-    number = _number(group)
-    lo, hi, last, missing = ordered.select(
-        lo=pl.col(start).min(), hi=pl.col(end).max(), last=number.max(),
-        missing=pl.col(start).null_count() + pl.col(end).null_count(),
+    lo, hi, missing = frame.select(
+        lo=pl.col(start).min(), hi=pl.col(end).max(), missing=pl.col(start).null_count() + pl.col(end).null_count()
     ).row(0)
-    if missing or (last + 2) * (hi - lo + 1) >= _FLAT_LIMIT:
+    if missing:
         return None
-    offset = number * (hi - lo + 1) - lo  # group g's times land in [g·width, (g+1)·width)
+    numbered, last = _numbered(frame, by)
+    if (last + 2) * (hi - lo + 1) >= _FLAT_LIMIT:
+        return None
+    offset = pl.col(_GROUP).cast(pl.Int64) * (hi - lo + 1) - lo  # group g's times land in [g·width, (g+1)·width)
+    ordered = numbered.with_columns(pl.col(start).add(offset).alias(_AT)).sort(_AT)
     running = (pl.col(end) + offset).cum_max()
-    return running - offset, (pl.col(start) + offset > running.shift(1)).fill_null(True)
+    return ordered, running - offset, (pl.col(_AT) > running.shift(1)).fill_null(True)
 
 
-def _number(group: list[str]) -> pl.Expr:
-    """Each row's group number in a frame sorted by ``group``: 0, 1, ... in order (keys compared null-safely);
-    a keyed frame's ``_group`` is that number already."""
-    if group == [_GROUP]:
-        return pl.col(_GROUP).cast(pl.Int64)
-    if not group:
-        return pl.lit(0, pl.Int64)
-    changed = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in group)
-    return changed.fill_null(False).cast(pl.Int64).cum_sum()
-
-
-#: Above this many rows, string group keys are sorted once per distinct value, not once per row.
-_KEYED_ROWS = 10_000
-_GROUP = "_group"  # the number a keyed frame's groups get
-
-
-def _ordered(frame: pl.DataFrame, by: list[str], start: str) -> tuple[pl.DataFrame, list[str]]:
-    """``frame`` sorted by ``by`` then ``start``, and the columns that tell its groups apart. A big frame
-    grouped by strings (lane names) gets one integer per group, numbered in the groups' own sort order, and
-    is sorted by that instead: the same order, without comparing strings row by row."""
-    if frame.height < _KEYED_ROWS or all(frame.schema[c] != pl.String for c in by):
-        return frame.sort(*by, start), by
+def _numbered(frame: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, int]:
+    """``frame`` with each row's group number (``_GROUP``: 0, 1, ... in the groups' sort order, nulls first
+    as in a sort), and the last number."""
+    if not by:
+        return frame.with_columns(pl.lit(0, pl.UInt32).alias(_GROUP)), 0
+    if len(by) == 1 and not frame[by[0]].null_count():  # one key: its sorted distinct values, replaced
+        values = frame[by[0]].unique().sort()
+        number = pl.col(by[0]).replace_strict(values, pl.Series(range(values.len()), dtype=pl.UInt32))
+        return frame.with_columns(number.alias(_GROUP)), values.len() - 1
     groups = frame.select(by).unique().sort(by).with_row_index(_GROUP)
-    keyed = frame.join(groups, on=by, how="left", nulls_equal=True)
-    return keyed.sort(_GROUP, start), [_GROUP]
+    return frame.join(groups, on=by, how="left", nulls_equal=True), groups.height - 1
 
 
 def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
