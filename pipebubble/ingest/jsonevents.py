@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
@@ -170,15 +169,18 @@ def _decode_fast(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     xs = events if all_x else [e for e in events if type(e) is _X]
     has_rest = any(by_type[t] for t in _KEPT_TYPES)
     rest = [e for e in events if type(e) in _KEPT_TYPES] if has_rest else []
-    col = _joined(_columns(xs), _columns(rest), len(rest))
-    columns = {
-        "ph": ["X"] * len(xs) + [_PHASE[type(e)] for e in rest] if rest else _repeat("X", len(xs)),
-        **{k: col(k) for k in ("cat", "name", "pid", "tid", "ts", "args.external_id", "args.correlation")},
-        "dur": col("dur", rest=[None] * len(rest)),
-        "id": [None] * len(xs) + [_id_text(e.id) for e in rest] if rest else _repeat(None, len(xs)),
-        "arg_name": col("args.name", xs=[None] * len(xs)) if rest else _repeat(None, len(xs)),
-    }
-    columns["external_id"], columns["correlation"] = columns.pop("args.external_id"), columns.pop("args.correlation")
+    columns, dur, n = _fields(xs), [e.dur for e in xs], len(xs)
+    if rest:  # complete events first, then the others
+        more = _fields(rest)
+        columns = {k: v + more[k] for k, v in columns.items()}
+        columns |= {
+            "dur": dur + [None] * len(rest),
+            "ph": ["X"] * n + [_PHASE[type(e)] for e in rest],
+            "id": [None] * n + [_id_text(e.id) for e in rest],
+            "arg_name": [None] * n + [e.args.name for e in rest],
+        }
+    else:
+        columns |= {"dur": dur, "ph": _repeat("X", n), "id": _repeat(None, n), "arg_name": _repeat(None, n)}
     del xs, rest
     frame = build_frame(columns)
     if frame["big"].any():
@@ -197,23 +199,18 @@ def _repeat(value: str | None, n: int) -> pl.Series:
     return pl.repeat(value, n, dtype=pl.String, eager=True)
 
 
-def _columns(events: list[Any]):
-    def col(attr: str) -> list:
-        return list(map(attrgetter(attr), events))
-
-    return col
-
-
-def _joined(col_x, col_r, n_rest: int):
-    """A column over the complete events then the others, without copying when there are no others."""
-
-    def col(attr: str, xs: list | None = None, rest: list | None = None) -> list:
-        head = col_x(attr) if xs is None else xs
-        if not n_rest:
-            return head
-        return head + (col_r(attr) if rest is None else rest)
-
-    return col
+def _fields(events: list[Any]) -> dict[str, list]:
+    """The fields every kept event has, a list each (comprehensions: twice as fast as ``attrgetter``)."""
+    args = [e.args for e in events]
+    return {
+        "cat": [e.cat for e in events],
+        "name": [e.name for e in events],
+        "pid": [e.pid for e in events],
+        "tid": [e.tid for e in events],
+        "ts": [e.ts for e in events],
+        "external_id": [a.external_id for a in args],
+        "correlation": [a.correlation for a in args],
+    }
 
 
 def _id_text(value: Any) -> str | None:
