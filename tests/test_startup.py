@@ -122,3 +122,16 @@ def test_exit_handlers_still_run(tmp_path):
     assert "using a temporary folder" in proc.stderr
     assert json.loads(proc.stdout)["ingest"]["spans"] > 0
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [("analyze", str(TOY), "--format", "json"), ("--version",)], ids=["report", "version"])
+def test_stdout_on_a_full_disk_is_exit_2_said_once(argv):
+    """A report written straight away, and a line still in the buffer at the exit, alike."""
+    if not Path("/dev/full").exists() or not TOY.exists():
+        pytest.skip("no /dev/full, or sample traces absent")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "pipebubble", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr == "pipebubble: error: <stdout>: cannot write output: No space left on device\n"

@@ -105,14 +105,16 @@ def entry() -> None:
 
 def _flushed(status: int) -> int:
     """``status``, once what is still buffered for stdout and stderr is written; 2 when stdout cannot take
-    it (a full disk), ``status`` as it was when its reader has left (``... | head``)."""
+    it (a full disk: said once, unless the command failed already), ``status`` as it was when its reader
+    has left (``... | head``)."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         pass
     except OSError as exc:
-        status = BAD_INPUT
-        print(f"pipebubble: error: <stdout>: {exc.strerror or exc}", file=sys.stderr)
+        if status == OK:
+            status = BAD_INPUT
+            print(f"pipebubble: error: <stdout>: cannot write output: {exc.strerror or exc}", file=sys.stderr)
     except ValueError:  # closed
         pass
     try:

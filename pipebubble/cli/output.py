@@ -62,7 +62,13 @@ def write_text(text: str | bytes, output: Path | None, quiet: bool = False) -> N
     """Text (or bytes) to stdout, or to ``output``, then `wrote PATH (N KB)` on stderr: a path that cannot be
     written is bad input (exit 2), not a traceback. The file is written whole or not at all."""
     if output is None:
-        sys.stdout.write(text if isinstance(text, str) else text.decode())
+        try:
+            sys.stdout.write(text if isinstance(text, str) else text.decode())
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader left (`| head`): the command line ends quietly
+            raise
+        except OSError as exc:  # stdout on a full disk, say
+            raise OutputError("<stdout>", exc.strerror or str(exc)) from None
         return
     if isinstance(text, str) and output.name.lower().endswith(NOT_TEXT):  # every command: `check -o out.pdf`
         raise OutputError(output, f"{Path(output.name.lower()).suffix} is not a text format, and this output is "
