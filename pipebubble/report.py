@@ -320,12 +320,11 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: ``schema_version`` first, then the sections in the documented order; plain JSON
         values (lists, not tuples), so it equals what a saved report reads back as."""
-        body = msgspec.to_builtins(self, str_keys=True)
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
         version = body.pop("schema_version")
-        if self.interference is not None:
-            body["interference"] = msgspec.to_builtins(self.interference.to_dict(), str_keys=True)
-        body["kernels"] = msgspec.to_builtins([k.to_dict() for k in self.kernels], str_keys=True)
-        return {"schema_version": version, **body}
+        body["interference"] = None if self.interference is None else self.interference.to_dict()
+        body["kernels"] = [k.to_dict() for k in self.kernels]
+        return msgspec.to_builtins({"schema_version": version, **body}, str_keys=True)
 
 
 def from_dict(cls: type, data: Any) -> Any:

@@ -68,11 +68,15 @@ def test_a_json_trace_loads_only_its_command_and_no_nsight_reader(tmp_path):
 SAMPLE = ROOT / "sample_traces" / "pipeline_1f1b"
 
 
+def buffered(env: dict | None = None) -> dict:
+    """``env`` (this one's by default) with stdout buffered as it is for most users: no PYTHONUNBUFFERED."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONUNBUFFERED"}
+
+
 def module(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``python -m pipebubble``, its stdout buffered as it is for most users (not under PYTHONUNBUFFERED)."""
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONUNBUFFERED"}
+    """``python -m pipebubble``, its stdout buffered."""
     return subprocess.run([sys.executable, "-m", "pipebubble", *argv], capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=300, env=buffered(env))
 
 
 def test_the_quick_exit_keeps_every_exit_code(tmp_path):
@@ -101,7 +105,7 @@ def test_a_reader_that_leaves_early_is_no_error():
         pytest.skip("sample traces absent")
     proc = subprocess.Popen([sys.executable, "-m", "pipebubble", "analyze", str(SAMPLE), "--format", "json", "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
+                            env=buffered())
     assert proc.stdout.readline()
     proc.stdout.close()
     _, err = proc.communicate(timeout=300)
@@ -129,9 +133,8 @@ def test_stdout_on_a_full_disk_is_exit_2_said_once(argv):
     """A report written straight away, and a line still in the buffer at the exit, alike."""
     if not Path("/dev/full").exists() or not TOY.exists():
         pytest.skip("no /dev/full, or sample traces absent")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with open("/dev/full", "w") as full:
         proc = subprocess.run([sys.executable, "-m", "pipebubble", *argv], stdout=full, stderr=subprocess.PIPE,
-                              text=True, timeout=300, env=env)
+                              text=True, timeout=300, env=buffered())
     assert proc.returncode == 2
     assert proc.stderr == "pipebubble: error: <stdout>: cannot write output: No space left on device\n"

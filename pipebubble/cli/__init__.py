@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from pipebubble.errors import PipebubbleError
+from pipebubble.errors import OutputError, PipebubbleError
 
 OK, GATE_FAILED, BAD_INPUT, INTERNAL = 0, 1, 2, 3
 
@@ -114,7 +114,7 @@ def _flushed(status: int) -> int:
     except OSError as exc:
         if status == OK:
             status = BAD_INPUT
-            print(f"pipebubble: error: <stdout>: cannot write output: {exc.strerror or exc}", file=sys.stderr)
+            print(f"pipebubble: error: {OutputError('<stdout>', exc.strerror or str(exc))}", file=sys.stderr)
     except ValueError:  # closed
         pass
     try:
