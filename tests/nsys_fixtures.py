@@ -8,12 +8,15 @@ layout, with extra columns other tools add). ``to_parquetdir`` turns any of them
 from __future__ import annotations
 
 import sqlite3
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
 LAYOUTS = ("2022", "2023", "2026")
+#: The shared real export (two torchrun processes on 2x H100, no rank recorded), absent on a user's clone.
+REAL_EXPORT = Path(__file__).resolve().parents[2] / "shared" / "traces" / "nsys" / "torchrun_2xh100_nccl.sqlite"
 SESSION_UTC_NS = 1_700_000_000_000_000_000
 CLOCK_AT_SESSION_START = 5_000_000
 
@@ -60,6 +63,9 @@ class Nvtx:
     text: str | bytes
     event_type: int = 59
     range_id: int | None = None
+    domain: int = 0
+    blob: bytes | None = None  # binaryData (``nsys export --include-blobs=true``; 2026 layout only)
+    json: str | None = None  # jsonText (``--include-json=true``; 2026 layout only)
 
 
 @dataclass
@@ -72,6 +78,8 @@ class Trace:
     processes: dict[int, str] = field(default_factory=dict)
     cuda_tables: bool = True
     strings: dict[str, int] = field(default_factory=dict)
+    capture: list[tuple[str, str]] = field(default_factory=list)  # META_DATA_CAPTURE rows (name, value)
+    schema_entries: list[tuple] = field(default_factory=list)  # NVTX_PAYLOAD_SCHEMA_ENTRIES rows
 
     def sid(self, text: str) -> int:
         return self.strings.setdefault(text, len(self.strings) + 1)
@@ -95,8 +103,34 @@ _NVTX = {
     "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER",
     "2026": "start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, category INTEGER, "
     "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
-    "jsonText TEXT",
+    "jsonText TEXT, binaryData TEXT",
 }
+#: NVTX_PAYLOAD_SCHEMA_ENTRIES as Nsight Systems 2026.2 writes it (the shared real export's columns).
+_SCHEMA_ENTRIES = (
+    "domainId INTEGER NOT NULL, schemaId INTEGER NOT NULL, idx INTEGER NOT NULL, flags INTEGER, type INTEGER, "
+    "name TEXT, description TEXT, arrayOrUnionDetail INTEGER, offset INTEGER"
+)
+#: NCCL's ncclCommInitRank payload schema as the shared real export lists it: communicator id (uint64), then
+#: "No. of ranks", "Rank" and "CUDA device" (NVTX_PAYLOAD_ENTRY_TYPE_INT, 4 bytes each), in NCCL's NVTX domain.
+NCCL_DOMAIN, COMM_INIT_SCHEMA = 1, 16777218
+COMM_INIT_ENTRIES = [
+    (NCCL_DOMAIN, COMM_INIT_SCHEMA, 0, None, 18, "NCCL communicator ID", None, None, None),
+    (NCCL_DOMAIN, COMM_INIT_SCHEMA, 1, None, 5, "No. of ranks", None, None, 8),
+    (NCCL_DOMAIN, COMM_INIT_SCHEMA, 2, None, 5, "Rank", None, None, 12),
+    (NCCL_DOMAIN, COMM_INIT_SCHEMA, 3, None, 5, "CUDA device", None, None, 16),
+]
+
+
+def comm_init_blob(comm: int, nranks: int, rank: int, device: int, schema: int = COMM_INIT_SCHEMA) -> bytes:
+    """A ``binaryData`` payload of ncclCommInitRank: the 32-byte header (domain, schema id, payload size,
+    payload offset) and NCCL's ``NcclNvtxParamsCommInitRank`` struct (padded to 24 bytes)."""
+    payload = struct.pack("<Qiii4x", comm, nranks, rank, device)
+    return struct.pack("<QQQQ", NCCL_DOMAIN, schema, len(payload), 32) + payload
+
+
+def env(launch: int, **variables: object) -> list[tuple[str, str]]:
+    """``META_DATA_CAPTURE`` rows of launch ``launch``'s environment, values quoted as nsys writes them."""
+    return [(f"PROCESS_{launch}:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in variables.items()]
 
 
 def write(trace: Trace, path: Path, layout: str = "2026") -> Path:
@@ -115,8 +149,20 @@ def write(trace: Trace, path: Path, layout: str = "2026") -> Path:
         conn.executemany(
             "INSERT INTO PROCESSES VALUES (?, ?, ?)", [(gpid(p), p, n) for p, n in trace.processes.items()]
         )
+        _write_ranks(conn, trace)
     conn.close()
     return path
+
+
+def _write_ranks(conn: sqlite3.Connection, trace: Trace) -> None:
+    if trace.capture:
+        conn.execute("CREATE TABLE META_DATA_CAPTURE (name TEXT NOT NULL, value TEXT)")
+        conn.executemany("INSERT INTO META_DATA_CAPTURE VALUES (?, ?)", trace.capture)
+    if trace.schema_entries:
+        conn.execute(f"CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES ({_SCHEMA_ENTRIES})")
+        conn.executemany(
+            f"INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES ({', '.join('?' * 9)})", trace.schema_entries
+        )
 
 
 def _write_meta(conn: sqlite3.Connection, layout: str) -> None:
@@ -198,8 +244,8 @@ def _write_nvtx(conn: sqlite3.Connection, trace: Trace, layout: str, offset: int
             )
         else:
             conn.execute(
-                "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, 0, 0, CAST(? AS TEXT), ?, NULL, NULL, 0, NULL)",
-                (*head, n.text, gtid(n.pid, n.tid)),
+                "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, 0, 0, CAST(? AS TEXT), ?, NULL, NULL, ?, ?, ?)",
+                (*head, n.text, gtid(n.pid, n.tid), n.domain, n.json, n.blob),
             )
 
 
@@ -213,7 +259,43 @@ def to_parquetdir(sqlite_path: Path, folder: Path) -> Path:
         schema = {
             c[1]: (pl.String if c[2] == "TEXT" else pl.Float64 if c[2] == "REAL" else pl.Int64) for c in info
         }
+        if "binaryData" in schema:  # declared TEXT, holds BLOBs
+            schema["binaryData"] = pl.Binary
         rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
         pl.DataFrame(rows, schema=schema, orient="row").write_parquet(folder / f"{table}.parquet")
     conn.close()
     return folder
+
+
+# --- processes that carry their ranks ---
+
+RANKED = {100: 1, 200: 0}  #: pid -> rank of ``ranked_pair``: the pid order is not the rank order
+
+
+def ranked_pair(by: str, ranks: dict[int, int] = RANKED, world: int = 2) -> Trace:
+    """Two processes, each launching a kernel on its own GPU from thread ``pid + 1`` inside an NVTX range, that
+    carry their ``ranks`` ``by`` ``"env"`` (each an attached process with ``RANK``/``WORLD_SIZE``), ``"blob"``
+    (NCCL's ncclCommInitRank payload, ``--include-blobs``), ``"json"`` (the same as ``--include-json``) or
+    ``"none"``."""
+    trace = Trace(processes={pid: "python3" for pid in ranks})
+    for n, (pid, rank) in enumerate(sorted(ranks.items())):
+        tid, device = pid + 1, n
+        trace.gpu.append(Gpu(pid, device, 7, 10_000, 20_000, correlation=1, launch_tid=tid))
+        trace.nvtx.append(Nvtx(pid, tid, 9_000, 21_000, "step 0"))
+        if by == "env":
+            trace.capture += [(f"PROCESS_{n}:PID", str(pid)), *env(n, RANK=rank, LOCAL_RANK=0, WORLD_SIZE=world)]
+        elif by in ("blob", "json"):
+            trace.nvtx.append(comm_init(pid, tid, 1_000, world, rank, device, by))
+    if by in ("blob", "json"):
+        trace.schema_entries = list(COMM_INIT_ENTRIES)
+    return trace
+
+
+def comm_init(pid: int, tid: int, start: int, nranks: int, rank: int, device: int, by: str = "blob") -> Nvtx:
+    """An ncclCommInitRank range in NCCL's domain whose payload names ``rank`` of ``nranks``."""
+    comm = 0xC0FFEE + nranks
+    if by == "blob":
+        return Nvtx(pid, tid, start, start + 500, "ncclCommInitRank", domain=NCCL_DOMAIN,
+                    blob=comm_init_blob(comm, nranks, rank, device))
+    text = f'{{"NCCL communicator ID": {comm}, "No. of ranks": {nranks}, "Rank": {rank}, "CUDA device": {device}}}'
+    return Nvtx(pid, tid, start, start + 500, "ncclCommInitRank", domain=NCCL_DOMAIN, json=text)

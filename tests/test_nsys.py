@@ -235,10 +235,19 @@ def test_non_utf8_text_is_replaced_not_fatal(tmp_path: Path, layout: str) -> Non
 # --- exports with little or nothing to analyse ---
 
 
-def test_no_cuda_or_nvtx_tables_is_a_format_error(tmp_path: Path) -> None:
+def test_no_cuda_or_nvtx_tables_says_cuda_tracing_was_off(tmp_path: Path) -> None:
     path = fx.write(fx.Trace(cuda_tables=False), tmp_path / "osrt.sqlite")
+    assert nsys.sniff(path)  # an Nsight export by its session tables, with nothing traced that becomes a span
+    expected = r"osrt.sqlite: nothing to analyse: .*CUDA tracing was off.*--trace=cuda"
+    with pytest.raises(TraceFormatError, match=expected):
+        nsys.read(path)
+
+
+def test_string_table_alone_is_not_an_export(tmp_path: Path) -> None:
+    path = tmp_path / "strings.sqlite"
+    sqlite3.connect(path).execute("CREATE TABLE StringIds (id INTEGER, value TEXT)").connection.commit()
     assert not nsys.sniff(path)
-    with pytest.raises(TraceFormatError, match="osrt.sqlite: not an Nsight Systems export"):
+    with pytest.raises(TraceFormatError, match="strings.sqlite: not an Nsight Systems export"):
         nsys.read(path)
 
 
@@ -252,7 +261,7 @@ def test_nvtx_only_export_warns_about_kernels(tmp_path: Path) -> None:
     trace = fx.Trace(cuda_tables=False, nvtx=[fx.Nvtx(1, 1, 0, 10, "step 0")])
     result = nsys.read(fx.write(trace, tmp_path / "nvtx.sqlite", "2023"))
     assert result.spans["kind"].to_list() == ["annotation"]
-    assert any(w.startswith("no CUPTI_ACTIVITY_KIND_KERNEL table") for w in result.warnings)
+    assert result.warnings == [nsys.NO_CUDA]
 
 
 @pytest.mark.parametrize("content", [b"{}", b"SQLite format 3\x00" + b"\x00" * 200])

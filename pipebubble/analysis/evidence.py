@@ -45,7 +45,7 @@ def not_a_pipeline(names: list[str] | set[str]) -> str:
 def one_rank(meta: dict, stage: str | None) -> str | None:
     """The note for a file that is one rank of a bigger job (``world_size`` > 1), or None."""
     world, rank = meta.get("world_size"), meta.get("rank")
-    if not isinstance(world, int) or world < 2:
+    if not isinstance(world, int) or world < 2 or len(meta.get("ranks") or ()) > 1:  # a file of several ranks
         return None
     who = f"rank {rank}" if rank is not None else "one rank"
     if stage is None:

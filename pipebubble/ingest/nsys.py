@@ -1,7 +1,9 @@
 """Nsight Systems ingest: ``.sqlite`` exports, ``parquetdir`` exports and ``.nsys-rep`` reports.
 
 Tables are read whole and converted with polars expressions (``nsys_spans``); nothing is filtered
-on ``ANALYSIS_DETAILS`` start/stop times, because real files hold events before them.
+on ``ANALYSIS_DETAILS`` start/stop times, because real files hold events before them. Each process's rank,
+where the export names it, comes from ``nsys_ranks``; an export taken without CUDA tracing is read for its
+NVTX ranges, with one warning.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import polars as pl
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import nsys_spans as ns
 from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.nsys_ranks import process_ranks, with_ranks
 from pipebubble.ingest.nsys_tables import (
     ParquetTables,
     SqliteTables,
     Tables,
+    has_cuda,
     looks_like_nsys,
     one_line,
 )
@@ -63,6 +67,8 @@ def read(path: Path, cache_dir: Path | None = None) -> FileResult:
         tables.close()
     _check_session_shift(result)
     result.warnings = [one_line(w, 1000) for w in result.warnings]
+    if result.spans.is_empty() and NO_CUDA in result.warnings:
+        raise TraceFormatError(path, f"nothing to analyse: {_CUDA_OFF} and no NVTX range; {_TURN_ON}")
     if result.spans.is_empty():
         reasons = "; ".join(result.warnings) or "no CUDA or NVTX tables"
         raise TraceFormatError(path, one_line(f"nothing to analyse in this Nsight Systems export ({reasons})", 1000))
@@ -143,7 +149,9 @@ def _open(path: Path, cache_dir: Path | None) -> Tables:
         raise TraceFormatError(path, "expected an Nsight Systems SQLite export, parquetdir folder or .nsys-rep")
     if not looks_like_nsys(tables.names):
         tables.close()
-        raise TraceFormatError(path, "not an Nsight Systems export: no StringIds with CUPTI_* or NVTX_EVENTS tables")
+        raise TraceFormatError(
+            path, "not an Nsight Systems export: no StringIds with CUPTI_*, NVTX_EVENTS or TARGET_INFO_* tables"
+        )
     return tables
 
 
@@ -192,8 +200,13 @@ def _read_tables(tables: Tables, source: str) -> FileResult:
         ns.syncs(loaded[ns.SYNC], runtime, skipped),
         ns.nvtx_ranges(loaded[ns.NVTX], strings, skipped),
     ]
-    result.spans = pl.concat(parts).with_columns(source=pl.lit(source))  # each part is on the span schema
+    spans = pl.concat(parts).with_columns(source=pl.lit(source))  # each part is on the span schema
+    found = process_ranks(tables, loaded[ns.NVTX], spans["pid"].unique().drop_nulls().to_list(), result.warnings)
+    result.spans = with_ranks(spans, found.get("ranks", {}))
     result.meta.update(_meta(tables, loaded, strings, result.warnings))
+    result.meta.update(found)
+    if len(found.get("ranks", {})) == 1 and result.spans["pid"].n_unique() == 1:  # the export is one rank
+        result.meta["rank"] = next(iter(found["ranks"].values()))
     result.warnings.extend(tables.warnings)
     result.warnings.extend(_coerced_notes(tables))
     return result
@@ -212,10 +225,17 @@ _EXPECTED = {
     ns.KERNEL: "no kernel ran or CUDA tracing was off (nsys profile --trace=cuda)",
     ns.RUNTIME: "kernels cannot be joined to their launch calls",
 }
+_CUDA_OFF = "no CUDA tables: CUDA tracing was off (or no CUDA call was made)"
+_TURN_ON = "profile with nsys profile --trace=cuda,nvtx,osrt to record GPU activity"
+#: The one warning of an export without any CUDA table, instead of one per table it lacks.
+NO_CUDA = f"{_CUDA_OFF}, so there is no GPU activity; {_TURN_ON}"
 
 
 def _load(tables: Tables, table: str, result: FileResult) -> pl.DataFrame:
-    if table not in tables.names and table in _EXPECTED:
+    if not has_cuda(tables.names):
+        if NO_CUDA not in result.warnings:
+            result.warnings.append(NO_CUDA)
+    elif table not in tables.names and table in _EXPECTED:
         result.warnings.append(f"no {table} table: {_EXPECTED[table]}")
     frame = tables.load(table, ns.COLUMNS[table])
     result.events_read += frame.height

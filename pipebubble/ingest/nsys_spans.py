@@ -52,6 +52,7 @@ COLUMNS = {
     NVTX: {
         "start": I64, "end": I64, "eventType": I64, "rangeId": I64, "text": pl.String,
         "globalTid": I64, "endGlobalTid": I64, "textId": I64, "domainId": I64,
+        "jsonText": pl.String, "binaryData": pl.Binary,  # payloads (``nsys_ranks`` reads NCCL's ranks from them)
     },
 }  # fmt: skip
 

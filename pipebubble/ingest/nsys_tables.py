@@ -75,7 +75,15 @@ def _text_expr(col: str) -> str:
     return f"CAST({quote_name(col)} AS TEXT)"
 
 
+def _blob_expr(col: str) -> str:
+    """SQL for column ``col`` as bytes: BLOBs as they are, text and numbers as their text's bytes."""
+    c = quote_name(col)
+    return f"CASE typeof({c}) WHEN 'blob' THEN {c} WHEN 'null' THEN NULL ELSE CAST({c} AS BLOB) END"
+
+
 def _sql_expr(col: str, dtype: pl.DataType) -> str:
+    if dtype == pl.Binary:
+        return _blob_expr(col)
     return _text_expr(col) if dtype == pl.String else _int_expr(col)
 
 
@@ -83,6 +91,10 @@ def _with_missing(frame: pl.DataFrame, cols: dict[str, pl.DataType]) -> pl.DataF
     return frame.select(
         (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t, strict=False).alias(c) for c, t in cols.items()
     )
+
+
+#: Column types always read through their SQL conversion: a column's declared type does not bind its values.
+_CONVERTED = (pl.String, pl.Binary)
 
 
 class SqliteTables:
@@ -149,7 +161,7 @@ class SqliteTables:
     def _read(self, cols: dict[str, pl.DataType], source: str, convert: bool) -> pl.DataFrame | None:
         """``cols`` by one query: integer columns as stored, or with ``convert`` through ``_int_expr``; None
         when a value read as stored is not an integer (polars' strict construction refuses it)."""
-        exprs = [_sql_expr(c, t) if convert or t == pl.String else quote_name(c) for c, t in cols.items()]
+        exprs = [_sql_expr(c, t) if convert or t in _CONVERTED else quote_name(c) for c, t in cols.items()]
         rows = self._rows(f"SELECT {', '.join(exprs)} {source}")
         columns = zip(*rows, strict=True) if rows else ([] for _ in cols)
         try:
@@ -237,6 +249,16 @@ class ParquetTables:
 Tables = SqliteTables | ParquetTables
 
 
+#: Tables only Nsight Systems writes, which every export holds whatever was traced (one taken without CUDA
+#: tracing has no CUPTI_* table, one without NVTX no NVTX_EVENTS).
+NSYS_TABLES = ("TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "ANALYSIS_DETAILS")
+
+
+def has_cuda(names: set[str]) -> bool:
+    """Whether the export holds any CUDA activity table (none when it was taken without CUDA tracing)."""
+    return any(n.startswith("CUPTI_ACTIVITY_KIND_") for n in names)
+
+
 def looks_like_nsys(names: set[str]) -> bool:
-    """An Nsight export has the string table and at least one CUDA activity or NVTX table."""
-    return "StringIds" in names and any(n.startswith("CUPTI_ACTIVITY_KIND_") or n == "NVTX_EVENTS" for n in names)
+    """An Nsight export has the string table and a CUDA activity, NVTX or Nsight's own session table."""
+    return "StringIds" in names and (has_cuda(names) or "NVTX_EVENTS" in names or any(n in names for n in NSYS_TABLES))
