@@ -166,3 +166,23 @@ def write_kernel_names(path: Path, names: tuple[str, ...] = COMM_KERNELS + COMPU
             x("kernel", name, start, 10 * US, pid=0, tid=7, correlation=i + 1, device=0, stream=7),
         ]
     return write(path, events)
+
+
+# --- (d) passes named in any spelling ---
+
+
+def write_named_passes(path: Path, names: list[str], mirror: bool = True) -> Path:
+    """One 10 µs pass per name, one after another on the main thread: a ``user_annotation`` range of that
+    name around the ``cudaLaunchKernel`` of one 8 µs kernel on stream 7 and, with ``mirror``, the
+    ``gpu_user_annotation`` Kineto writes on the stream for the same range (over the kernel)."""
+    events = []
+    for i, name in enumerate(names):
+        start = BASE + 20 * US * i
+        events += [
+            x("user_annotation", name, start, 10 * US),
+            x("cuda_runtime", "cudaLaunchKernel", start + US, US // 2, correlation=i + 1),
+            x("kernel", f"gemm_{i}", start + 2 * US, 8 * US, pid=0, tid=7, correlation=i + 1, device=0, stream=7),
+        ]
+        if mirror:
+            events.append(x("gpu_user_annotation", name, start + 2 * US, 8 * US, pid=0, tid=7, device=0, stream=7))
+    return write(path, events)

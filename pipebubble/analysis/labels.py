@@ -1,10 +1,15 @@
 """Which span is which micro-batch pass.
 
 Micro-batch labels are CPU ranges (or work spans, below): torch.distributed.pipelining
-``PP:{stage}{F|B|I|W}{mb}``, GPipe's ``Forward {mb}`` / ``Backward {mb}``, zero-bubble NVTX
-``F{mb}.{chunk}.{seq}``, Megatron ``forward-compute`` / ``backward-compute`` (numbered by order in each
+``PP:{stage}{F|B|I|W}{mb}``, GPipe's ``Forward {mb}`` / ``Backward {mb}`` (torch's and PiPPy's ScheduleGPipe
+and Schedule1F1B, torchtitan's), zero-bubble NVTX ``F{mb}``, ``F{mb}.{chunk}`` and ``F{mb}.{chunk}.{seq}``
+(and ``B``, ``W``: sail-sg's ZeroBubbleScheduler, its V schedule and its runtime, whole names only), the
+common spellings of a pass and its micro-batch (``PHASE_MB``: ``forward-mb3``, ``forward_microbatch_3``,
+``backward_weight_mb3``, ``fwd_3``, ``wgrad_3`` ...; full words need a micro-batch word, as ``forward_3`` is as
+often a loop's iteration), Megatron ``forward-compute`` / ``backward-compute`` (numbered by order in each
 ProfilerStep), DualPipe's per-layer parts (below), or ``--microbatch-regex`` with named groups ``phase``, ``mb``
-and optionally ``chunk``. Where no range matches it, a custom regex matches work spans (CPU operators, kernels)
+and optionally ``chunk``. DeepSpeed's ranges (``DeepSpeedEngine.forward``) are the same with or without a
+pipeline, so they are no labels. Where no range matches it, a custom regex matches work spans (CPU operators, kernels)
 that are passes themselves, such as ``F_{stage},{mb}`` ops on one thread per stage: such a span is its own
 label. A span belongs to the innermost label whose range holds its start (CPU work) or the start of the runtime
 call that launched it (GPU work, joined on the launch's correlation id); a kernel that is a label labels itself
@@ -32,25 +37,38 @@ from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.options import check_regex
 from pipebubble.spans import CPU_WORK, GPU_WORK
 
+_SEP = r"[-_ ]?"
+#: A pass word, an optional ``step``, a micro-batch word and the number (``forward-mb3``, ``forward_step_mb3``,
+#: ``forward microbatch 3``, ``fwd-mb-3``, ``backward_weight_mb3``); the short words alone also take the bare
+#: number (``fwd_3``, ``bwd3``, ``wgrad_3``): group ``short``, the phase where ``phase`` took no part.
+PHASE_MB = (
+    r"^(?:(?P<phase>(?i:forward|backward(?:[-_ ](?:weight|input))?|fwd|bwd|wgrad))(?i:[-_ ]step)?"
+    rf"{_SEP}(?i:mb|microbatch|micro[-_ ]batch){_SEP}|(?P<short>(?i:fwd|bwd|wgrad)){_SEP})(?P<mb>\d+)$"
+)
 #: (name, regex); groups: phase letter or word, mb, chunk (a virtual stage id or chunk index), part (the part
 #: of a pass a label names, when labels name parts).
 LABEL_PATTERNS = (
     ("torch_pipelining", r"^PP:(?P<chunk>\d+)(?P<phase>[FBIW])(?P<mb>\d+)$"),
     ("gpipe", r"^(?P<phase>Forward|Backward) (?P<mb>\d+)$"),
-    ("zero_bubble", r"^(?P<phase>[FBW])(?P<mb>\d+)\.(?P<chunk>\d+)\.(?P<seq>\d+)$"),
+    ("zero_bubble", r"^(?P<phase>[FBW])(?P<mb>\d+)(?:\.(?P<chunk>\d+)(?:\.(?P<seq>\d+))?)?$"),
+    ("phase_mb", PHASE_MB),
     ("megatron", r"^(?P<phase>forward|backward)-compute$"),
     ("dualpipe", r"^(?P<part>(?i:attn|mlp|dispatch|combine|mtp_post_process))\((?P<phase>[FBW])\)$"),
 )
+#: A phase as labels name it (lower case, ``-`` and spaces as ``_``) -> forward, backward or weight.
 PHASES = {
-    "F": "forward",
-    "B": "backward",
-    "I": "backward",
-    "W": "weight",
+    "f": "forward",
+    "b": "backward",
+    "i": "backward",  # torch's BACKWARD_INPUT: the input-gradient half of a split backward
+    "w": "weight",
     "forward": "forward",
     "backward": "backward",
     "weight": "weight",
-    "Forward": "forward",
-    "Backward": "backward",
+    "fwd": "forward",
+    "bwd": "backward",
+    "wgrad": "weight",
+    "backward_input": "backward",
+    "backward_weight": "weight",
 }
 #: Kinds a custom regex finds passes among where no annotation matches it: work spans that are passes.
 PASS_KINDS = tuple(dict.fromkeys(CPU_WORK + GPU_WORK))
@@ -104,7 +122,8 @@ def _label_frame(found: pl.DataFrame, regex: str, spans: pl.DataFrame) -> pl.Dat
     def group(name: str) -> pl.Expr:
         return pl.col("parts").struct.field(name)
 
-    phase = group("phase").replace_strict(PHASES, default=None) if "phase" in groups else pl.lit("forward")
+    short = group("short") if "short" in groups else None
+    phase = _phase(group("phase"), short) if "phase" in groups else pl.lit("forward")
     frame = frame.with_columns(
         phase=phase,
         microbatch=group("mb").cast(pl.Int32, strict=False) if "mb" in groups else pl.lit(None, pl.Int32),
@@ -118,6 +137,15 @@ def _label_frame(found: pl.DataFrame, regex: str, spans: pl.DataFrame) -> pl.Dat
         number = pl.int_range(pl.len()).over("key", "step", "phase").cast(pl.Int32)
         frame = _with_step(frame, spans).sort("start").with_columns(microbatch=number)
     return frame.select(LABEL_COLUMNS).sort("key", "start")
+
+
+def _phase(word: pl.Expr, short: pl.Expr | None) -> pl.Expr:
+    """forward, backward or weight from the label's phase word (``short`` where the label is spelled short);
+    null for a word that names none."""
+    if short is not None:
+        word = pl.coalesce(word, short)
+    word = word.str.to_lowercase().str.replace_all(r"[- ]", "_")
+    return word.replace_strict(PHASES, default=None, return_dtype=pl.String)
 
 
 def _with_step(frame: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:

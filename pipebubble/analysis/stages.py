@@ -71,31 +71,33 @@ def _default_method(spans: pl.DataFrame) -> str:
     return "device" if gpu.height > 1 else "rank"
 
 
-def _by_keys(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
+def _by_keys(spans: pl.DataFrame, keys: list[str], method: str, by: list[str] | None = None) -> StageMap:
+    """One stage per distinct ``keys``, numbered in the order of the columns ``by`` (``keys`` by default)."""
     # Keys a format never fills (no rank in an Nsight export) do not split stages.
     keys = [k for k in keys if spans[k].null_count() < spans.height] or keys[:1]
-    groups = spans.select(keys).unique().drop_nulls().sort(keys)
+    by = [k for k in by or keys if k in keys]
+    groups = spans.select(keys).unique().drop_nulls().sort(by)
     groups = groups.with_row_index("stage").with_columns(pl.col("stage").cast(pl.Int32))
     rows = groups.drop("stage").rows()
     names = ["/".join(f"{k}{v}" for k, v in zip(keys, row, strict=True)) for row in rows]
-    order = [tuple((v is None, v or 0) for v in row) for row in rows]
+    order = [tuple((v is None, v or 0) for v in row) for row in groups.select(by).rows()]
     frame = spans.drop("stage").join(groups, on=keys, how="left", nulls_equal=True)
     return StageMap(frame, names, method, order)
 
 
 def _by_gpu(spans: pl.DataFrame, keys: list[str], method: str) -> StageMap:
-    """GPU work goes to its device's stage; the CPU threads that launched it follow their kernels."""
+    """GPU work goes to its device's stage, stages in device order (a process's id says nothing of where it
+    stands in the pipeline: one started per GPU, their ids fall in any order); the CPU threads that launched
+    it follow their kernels."""
     gpu = spans.filter(pl.col("device").is_not_null())
-    mapped = _by_keys(gpu, keys, method)
+    by = ["rank", "device", *(k for k in keys if k not in ("rank", "device"))]
+    mapped = _by_keys(gpu, keys, method, by)
+    # Joined as every launch is (Nsight's correlation ids recur in each process of one export).
     stage_of_thread = (
-        mapped.spans.filter(pl.col("correlation").is_not_null())
-        .join(
-            spans.filter(pl.col("kind") == "runtime").select("source", "correlation", "lane"),
-            on=["source", "correlation"],
-        )
-        .group_by("lane_right")
+        with_launch(mapped.spans.filter(pl.col("correlation").is_not_null()), spans, how="inner")
+        .group_by("at_lane")
         .agg(pl.col("stage").mode().first())
-        .rename({"lane_right": "lane"})
+        .rename({"at_lane": "lane"})
     )
     cpu = spans.filter(pl.col("device").is_null()).drop("stage").join(stage_of_thread, on="lane", how="left")
     return StageMap(pl.concat([mapped.spans, cpu.select(mapped.spans.columns)]), mapped.names, method, mapped.order)
