@@ -5,8 +5,9 @@ metric regressed (or improved) when it moved the worse (or better) way by more t
 the baseline's value. Pure functions: no I/O, no printing.
 
 Two reports are matched only by what a second recording of the same job keeps: stage numbers, ranks, GPU
-device and stream numbers, the order of a process's threads and the order of waits; never a PID or a TID
-(every run gets new ones).
+device numbers, the order of a process's threads and the order of waits; never a PID or a TID (every run gets
+new ones). A GPU's streams match by number, and those whose numbers differ (CUDA hands a new run other ids)
+by their order of first use.
 """
 
 from __future__ import annotations
@@ -246,6 +247,7 @@ class DiffResult:
     new: str | None = None
     timestamp: str | None = None
     seconds: float | None = None
+    streams: list[tuple[str, str]] = field(default_factory=list)  # (base, new) lanes matched by order of first use
 
     @property
     def regressions(self) -> list[Delta]:
@@ -294,14 +296,14 @@ def diff(base: dict[str, Any], new: dict[str, Any], tolerance: float, strict: bo
     but pipeline efficiency. ``strict``: what only one report has fails the diff."""
     if not math.isfinite(tolerance) or tolerance < 0:
         raise ValueError(f"tolerance {tolerance}: expected a finite fraction >= 0, e.g. 0.05 (5%)")
-    names = lane_names(base.get("lanes") or []), lane_names(new.get("lanes") or [])
+    *names, streams = paired_names(base.get("lanes") or [], new.get("lanes") or [])
     deltas: list[Delta] = []
-    notes: list[str] = []
+    notes: list[str] = [streams_note(streams)] if streams else []
     unmatched: list[str] = []
     for part in (_pipeline_deltas, _stage_deltas, _lane_deltas, _gpu_deltas, _collective_deltas, _kernel_deltas,
                  _wait_deltas):
         part(base, new, tolerance, names, deltas, notes, unmatched)
-    return DiffResult(tolerance, deltas, notes, unmatched, strict)
+    return DiffResult(tolerance, deltas, notes, unmatched, strict, streams=streams)
 
 
 def _pipeline_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:
@@ -379,11 +381,12 @@ def _kernel_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> Non
     scale = float(sum(a.values()))
     seen: dict[str, int] = defaultdict(int)
     for name, kind in sorted(top, key=lambda k: (-a.get(k, 0), -b.get(k, 0), repr(k))):
-        short = name if len(name) <= 60 else f"{name[:40]}…{name[-19:]}"  # both ends tell templates apart
+        text = "(no name)" if name is None else name  # a kernel the trace did not name
+        short = text if len(text) <= 60 else f"{text[:40]}…{text[-19:]}"  # both ends tell templates apart
         seen[short] += 1
         label = f"kernel {short}{f' [{seen[short]}]' if seen[short] > 1 else ''} total"
         deltas.append(judge(label, a.get((name, kind), 0), b.get((name, kind), 0), "ns", tolerance, scale=scale,
-                            key=f"kernels[{kind}:{name}].total_ns"))
+                            key=f"kernels[{kind}:{text}].total_ns"))
 
 
 def _wait_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:
@@ -463,6 +466,40 @@ def lane_names(lanes: list[dict]) -> dict[str, str]:
         seen[name] += 1
         names[lane["lane"]] = name if seen[name] == 1 else f"{name}#{seen[name]}"
     return names
+
+
+def paired_names(base: list[dict], new: list[dict]) -> tuple[dict[str, str], dict[str, str], list[tuple[str, str]]]:
+    """Both reports' lane names (``lane_names``), the new report's streams renamed after the base's they match,
+    and those (base name, new name) pairs. Within each GPU (its rank, process and device) a stream number
+    found in both reports matches itself; the streams left on each side match in their order of first use
+    (ties by number), as far as both have streams left; the rest keep their names, only in one report."""
+    names = lane_names(base), lane_names(new)
+    pairs: list[tuple[str, str]] = []
+    theirs = _streams(new, names[1])
+    for gpu, ours in _streams(base, names[0]).items():
+        common = {number for number, _ in ours} & {number for number, _ in theirs.get(gpu, [])}
+        left = [[name for number, name in side if number not in common] for side in (ours, theirs.get(gpu, []))]
+        pairs += zip(*left, strict=False)
+    renamed = {b: a for a, b in pairs}
+    return names[0], {lane: renamed.get(name, name) for lane, name in names[1].items()}, pairs
+
+
+def _streams(lanes: list[dict], names: dict[str, str]) -> dict[str, list[tuple[int, str]]]:
+    """Each GPU's streams (by the GPU's name) as (number, lane name), in their order of first use."""
+    streams = [lane for lane in lanes if lane.get("device") is not None and lane.get("stream") is not None]
+    out: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for lane in sorted(streams, key=lambda x: (x.get("window_start_ns") is None, x.get("window_start_ns") or 0,
+                                               x["stream"])):
+        name = names[lane["lane"]]
+        out[name.rsplit("/stream", 1)[0]].append((lane["stream"], name))
+    return out
+
+
+def streams_note(pairs: list[tuple[str, str]], shown: int = 5) -> str:
+    """One line: which streams matched by order, ``rank0/gpu0/stream7 as stream13`` (the base's name first)."""
+    listed = ", ".join(f"{a} as {b.rsplit('/', 1)[-1]}" for a, b in pairs[:shown])
+    return (f"{len(pairs)} GPU stream(s) matched by order of first use (their numbers differ): {listed}"
+            + (" ..." if len(pairs) > shown else ""))
 
 
 def _by_name(lanes: list[dict], names: dict[str, str]) -> dict[str, dict]:

@@ -31,9 +31,10 @@ def diff(
     scale: Scale = Scale(),
 ) -> None:
     """The pipeline (bubble, step time, CV, imbalance), each stage (by number), lane, GPU, collective wait and
-    top kernel (by rank, device, stream and thread order, never PID), and each wait (by step, stage, cause,
-    neighbours and order). Exit 1 naming each metric that worsened by more than the tolerance of its baseline
-    value, 0 otherwise (improvements are listed too), 2 for bad input. README "CI gates" defines "worse".
+    top kernel (by rank, device, stream and thread order, never PID; streams whose ids differ by order of first
+    use), and each wait (by step, stage, cause, neighbours and order). Exit 1 naming each metric that worsened
+    by more than the tolerance of its baseline value, 0 otherwise (improvements are listed too), 2 for bad
+    input. README "CI gates" defines "worse".
 
     Examples:
 

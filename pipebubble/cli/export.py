@@ -45,7 +45,7 @@ def export(
     with progress(paths, quiet) as advance:
         report, table = with_spans(paths, options, scale, on_file=advance)
     found = extras.read(extras.sources(table, find_traces(paths)), scale)  # args and flows: the export's alone
-    warn([*report.ingest.warnings, *found.warnings])
+    warn(list(dict.fromkeys([*report.ingest.warnings, *found.warnings])))  # a deep value: both reads say it
     table = attach(table, found.args, found.flows)
     write_text(fmt.render(report, formats.Options(spans=table)), output, quiet)
 

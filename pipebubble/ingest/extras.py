@@ -115,9 +115,15 @@ def read(files: dict[str, Path], scale: Scale | None = None) -> Extras:
         done = executor.each(work, _read_job, scale or Scale(), names=names)
     else:
         done = [_read_job(path, i, names=names) for path, i in work]
-    warnings = [f"{path}: {lost} bytes of events unreadable: their arguments and flows left out"
-                for (path, _), (_, _, lost) in zip(work, done, strict=True) if lost]
+    warnings = [line for (path, _), (_, _, lost, deep) in zip(work, done, strict=True)
+                for line in _warnings(path, lost, deep)]
     return Extras(pl.concat([d[0] for d in done]), pl.concat([d[1] for d in done]), warnings)
+
+
+def _warnings(path: str, lost: int, deep: bool) -> list[str]:
+    """What one file's extras lost; a deep value is said in ingest's words (the export says each line once)."""
+    return ([f"{path}: values nested too deep to decode were replaced by null"] if deep else []) + (
+        [f"{path}: {lost} bytes of events unreadable: their arguments and flows left out"] if lost else [])
 
 
 def _read_job(path: str, position: int, names: list[str], workers: int = 1) -> tuple:
@@ -126,9 +132,9 @@ def _read_job(path: str, position: int, names: list[str], workers: int = 1) -> t
     loses its extras, not the export."""
     try:
         with tempfile.TemporaryDirectory(prefix="pipebubble-export-") as scratch:
-            return read_file(Path(path), names[position], Path(scratch))
+            return _read(Path(path), names[position], Path(scratch))
     except (TraceFormatError, OSError):
-        return pl.DataFrame(schema=ARGS_SCHEMA), pl.DataFrame(schema=FLOW_SCHEMA), _size(Path(path))
+        return pl.DataFrame(schema=ARGS_SCHEMA), pl.DataFrame(schema=FLOW_SCHEMA), _size(Path(path)), False
 
 
 def _size(path: Path) -> int:
@@ -141,27 +147,35 @@ def _size(path: Path) -> int:
 def read_file(path: Path, source: str, scratch: Path | None = None) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """One JSON trace's argument rows, flow rows and the bytes of events that could not be read (beyond the
     partial last event of a file cut off mid-write)."""
+    return _read(path, source, scratch)[:3]
+
+
+def _read(path: Path, source: str, scratch: Path | None) -> tuple[pl.DataFrame, pl.DataFrame, int, bool]:
+    """``read_file``'s rows and bytes, and whether values nested too deep were replaced by null."""
     with jsontrace.opened(path, scratch) as trace:
         for region, base, last in _events_regions(path, trace.data):
-            frames, lost = _read_region(region)
+            frames, lost, deep = _read_region(region)
             if lost.bytes and not last:
                 continue
             unread = 0 if lost.tail else lost.bytes
             if not frames:
                 break
             events = pl.concat(frames).with_columns(source=pl.lit(source), ts_ns=pl.col("ts_ns") + base)
-            return _args(events), _flows(events), unread
-    return pl.DataFrame(schema=ARGS_SCHEMA), pl.DataFrame(schema=FLOW_SCHEMA), unread
+            return _args(events), _flows(events), unread, deep
+    return pl.DataFrame(schema=ARGS_SCHEMA), pl.DataFrame(schema=FLOW_SCHEMA), unread, deep
 
 
-def _read_region(region: memoryview) -> tuple[list[pl.DataFrame], _Lost]:
-    frames, lost = [], _Lost(0, True)
-    for events in _decoded(region):
-        if isinstance(events, _Lost):
-            lost = events
-        elif events:
+def _read_region(region: memoryview) -> tuple[list[pl.DataFrame], _Lost, bool]:
+    frames, lost, deep = [], _Lost(0, True), False
+    for block in _decoded(region):
+        if isinstance(block, _Lost):
+            lost = block
+            continue
+        events, flattened = block
+        deep |= flattened
+        if events:
             frames.append(_frame(events))
-    return frames, lost
+    return frames, lost, deep
 
 
 def _events_regions(path: Path, data) -> Iterator[tuple[memoryview, int, bool]]:
@@ -191,7 +205,7 @@ class _Lost(NamedTuple):
     tail: bool
 
 
-def _decoded(region: memoryview) -> Iterator[list[_Event] | _Lost]:
+def _decoded(region: memoryview) -> Iterator[tuple[list[_Event], bool] | _Lost]:
     """The region's events, a block at a time; a block that fails to decode is joined to the next (its cut
     fell inside a string). The last block of a file cut off mid-write is read up to its last whole event; the
     bytes that never decode are given as their count."""
@@ -209,7 +223,7 @@ def _decoded(region: memoryview) -> Iterator[list[_Event] | _Lost]:
             return
 
 
-def _tail(region: memoryview, pos: int) -> Iterator[list[_Event] | _Lost]:
+def _tail(region: memoryview, pos: int) -> Iterator[tuple[list[_Event], bool] | _Lost]:
     """The whole events before the end of ``region[pos:]``, found by trying its last event boundaries."""
     text = bytes(region[pos:])
     for match in list(_BOUNDARY.finditer(text))[::-1][:_TAIL_TRIES]:
@@ -229,25 +243,29 @@ def _boundary(region: memoryview, target: int) -> int:
     return match.start() + bytes(region[match.start() : match.end()]).index(b",")
 
 
-def _decode(block: bytes) -> list[_Event] | None:
-    """A block's events; a block with an event of unexpected types is read event by event (those are left
-    out); None when it is not JSON even with its text repaired."""
+def _decode(block: bytes) -> tuple[list[_Event], bool] | None:
+    """A block's events and whether values nested too deep for the decoder were replaced by null first (as
+    ingest decodes them: ``jsonbytes.flatten_deep``); None when it is not JSON even with its text repaired."""
     for text in (block, None):
         if text is None:
             text = jsonbytes.fix_unicode(block)[0]
         try:
             try:
-                return _EVENTS.decode(text)
+                return _events(text), False
             except RecursionError:
-                return _one_by_one(jsonbytes.flatten_deep(text)[0])
-            except msgspec.ValidationError:
-                return _one_by_one(text)
+                return _events(jsonbytes.flatten_deep(text)[0]), True
         except msgspec.DecodeError:
             continue
     return None
 
 
-def _one_by_one(text: bytes) -> list[_Event]:
+def _events(text: bytes) -> list[_Event]:
+    """The events of a JSON array; with an event of unexpected types, read event by event (those are left
+    out). A value nested too deep raises RecursionError, from either decoder."""
+    try:
+        return _EVENTS.decode(text)
+    except msgspec.ValidationError:
+        pass
     events = []
     for raw in _RAWS.decode(text):
         try:

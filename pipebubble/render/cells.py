@@ -9,6 +9,7 @@ from typing import Any
 #: The time units of the text, Markdown, HTML and CSV outputs (``--timeunit``): ns per unit, and the digits a
 #: table shows after the point (2 in ms keeps the 10 µs the reports always showed).
 WORD_REACH = 3  # a cut name's end may take this many more characters from its start to begin on a whole word
+UNKNOWN = "-"  # what a table cell shows for an unknown value (the CSV leaves it empty)
 UNITS: dict[str, tuple[int, int]] = {"ns": (1, 0), "us": (1_000, 2), "ms": (1_000_000, 2), "s": (1_000_000_000, 4)}
 
 
@@ -23,6 +24,13 @@ class Table:
     # leaves out the rightmost
     drop: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # an unknown value (a kernel or call without a name) shows as every unknown cell does; every renderer
+        # lays out strings only
+        if any(not isinstance(cell, str) for row in self.rows for cell in row):
+            rows = [[UNKNOWN if cell is None else str(cell) for cell in row] for row in self.rows]
+            object.__setattr__(self, "rows", rows)
+
 
 def per(unit: str) -> int:
     """ns in one ``unit``; an unknown unit raises ValueError naming the known ones."""
@@ -34,7 +42,7 @@ def per(unit: str) -> int:
 def time(ns: int | float | None, unit: str = "ms") -> str:
     """``ns`` in ``unit`` with thousands separators (``1,234.56``); whole nanoseconds stay exact."""
     if ns is None:
-        return "-"
+        return UNKNOWN
     factor, digits = per(unit), UNITS[unit][1]
     if factor == 1 and isinstance(ns, int):
         return f"{ns:,}"
@@ -52,12 +60,12 @@ def natural(ns: int) -> str:
 
 
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"  # no space: a line never wraps between number and sign
+    return UNKNOWN if x is None else f"{100 * x:.1f}%"  # no space: a line never wraps between number and sign
 
 
 def share(part: int | float | None, whole: int | float | None) -> str:
     """``part`` as a percentage of ``whole`` ("-" when either is unknown or the whole is empty)."""
-    return "-" if part is None or not whole else pct(part / whole)
+    return UNKNOWN if part is None or not whole else pct(part / whole)
 
 
 def signed_pct(x: float) -> str:
@@ -67,7 +75,7 @@ def signed_pct(x: float) -> str:
 
 def num(x: Any, digits: int = 2) -> str:
     if x is None:
-        return "-"
+        return UNKNOWN
     return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
 
 

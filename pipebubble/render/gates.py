@@ -308,7 +308,9 @@ def diff_json(result: DiffResult, timeunit: str = "ms") -> str:
             "strict": result.strict, "base": result.base, "new": result.new,
             "regressions": [d.metric for d in result.regressions],
             "improvements": [d.metric for d in result.improvements],
-            "unmatched": result.unmatched, "notes": result.notes, "deltas": [asdict(d) for d in result.deltas]}
+            "unmatched": result.unmatched, "notes": result.notes,
+            "streams_matched_by_order": [{"base": a, "new": b} for a, b in result.streams],
+            "deltas": [asdict(d) for d in result.deltas]}
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
 
 

@@ -1,5 +1,7 @@
 """Mutated traces through the real command line: every run ends with exit 0 (a report, warnings on
-stderr) or exit 2 (one line naming the file), never a traceback or an internal error.
+stderr) or exit 2 (one line naming the file), never a traceback or an internal error. Each run picks one
+output of the format registry (every analyze format, CSV with each table, every export format, check with
+gates no sound report fails) and checks that what it wrote is what that format promises.
 
 Run with ``python -m pytest -m fuzz tests/fuzz/test_fuzz_cli.py``; ``PIPEBUBBLE_FUZZ_CLI_RUNS`` sets the
 number of runs (default 320), ``PIPEBUBBLE_FUZZ_SEED`` the seed.
@@ -17,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_repros_every_format import EXPORT_NAMES, GATES, assert_export, assert_valid, cases
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = sorted((ROOT / "sample_traces").glob("*/rank0.pt.trace.json.gz"))
@@ -56,6 +59,31 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(out)
 
 
+def outputs() -> list[tuple[str, list[str]]]:
+    """(what it checks, the command and its arguments before and after the file): every format there is."""
+    analyze = [(what, ["analyze", "--no-cache", *args]) for what, args in cases()]
+    export = [(f"export {name}", ["export", "--no-cache", "--quiet", "-o", out]) for name, out in EXPORT_NAMES.items()]
+    return [*analyze, *export, ("check", ["check", "--no-cache", *GATES, "--format", "json"])]
+
+
+def valid(what: str, stdout: str, folder: Path) -> bool:
+    """Whether a run that ended with exit 0 wrote what its format promises."""
+    try:
+        if what.startswith("export "):
+            name = what.removeprefix("export ")
+            assert_export(folder / "in", name, folder / EXPORT_NAMES[name])
+        elif what == "check":
+            assert json.loads(stdout)["passed"] is True
+        else:
+            assert_valid(Path("in"), what, stdout)
+            if what == "json":
+                report = json.loads(stdout)
+                assert not any(lane["idle_ns"] < 0 or lane["busy_ns"] < 0 for lane in report["lanes"])
+    except Exception:  # noqa: BLE001 - output that does not read back as its format is invalid
+        return False
+    return True
+
+
 @pytest.mark.fuzz
 def test_mutated_traces_through_the_cli(tmp_path):
     runs = int(os.environ.get("PIPEBUBBLE_FUZZ_CLI_RUNS", 320))
@@ -70,25 +98,27 @@ def test_mutated_traces_through_the_cli(tmp_path):
         suffix = ".sqlite" if name.endswith(".sqlite") else rng.choice((".json", ".json.gz"))
         path = tmp_path / f"in{i}{suffix}"
         path.write_bytes(gzip.compress(mutated) if suffix == ".json.gz" else mutated)
-        fmt = rng.choice(("text", "json"))
+        what, (command, *args) = rng.choice(outputs())
         proc = subprocess.run(
-            [sys.executable, "-m", "pipebubble", "analyze", str(path), "--no-cache", "--format", fmt],
+            [sys.executable, "-m", "pipebubble", command, str(path), *args],
             capture_output=True,
             text=True,
             env=env,
             timeout=120,
+            cwd=tmp_path,  # where an export's -o lands
         )
         outcomes[f"exit {proc.returncode}"] += 1
         bad = proc.returncode not in (0, 2) or "Traceback" in proc.stderr
         if proc.returncode == 2:
             bad |= proc.stderr.count("\n") != 1 or path.name not in proc.stderr
-        if proc.returncode == 0 and fmt == "json":
-            report = json.loads(proc.stdout)
-            bad |= any(lane["idle_ns"] < 0 or lane["busy_ns"] < 0 for lane in report["lanes"])
+        if proc.returncode == 0:
+            bad |= not valid(what, proc.stdout, tmp_path)
+        for out in EXPORT_NAMES.values():  # no later run's check finds this one's output
+            (tmp_path / out).unlink(missing_ok=True)
         if bad:
             kept = tmp_path.parent / f"fuzz-cli-failure-{i}{suffix}"
             kept.write_bytes(path.read_bytes())
-            failures.append((kept, proc.returncode, proc.stderr.strip().splitlines()[-1:]))
+            failures.append((kept, what, proc.returncode, proc.stderr.strip().splitlines()[-1:]))
         path.unlink()
     print(f"\nCLI fuzz: {runs} runs, {dict(sorted(outcomes.items()))}, failures {len(failures)}")
     assert not failures, failures[:5]

@@ -1,0 +1,114 @@
+"""Every minimal bad input of ../shared/repros through the real command line in every output format the
+registry has: ``analyze`` in each of its formats (CSV with each ``--table``), ``export`` in each of its
+formats, ``check`` with gates and ``diff`` of the file with itself. Each ends with exit 0 and output that
+parses, or exit 2 and one stderr line naming the file; never 1 (no gate here can fail) or 3.
+
+The commands run in this process (``cli.main``, as the ``pipebubble`` script runs it): the first reads the
+file afresh (``--no-cache``, as the repros' README runs it), the others find its report in this test's own
+cache, so a file costs one read, not one per format.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from pathlib import Path
+
+import pytest
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+from pipebubble import cli
+from pipebubble.render import formats
+
+ROOT = Path(__file__).resolve().parents[1]
+REPROS = ROOT.parent / "shared" / "repros"
+NOT_INPUTS = {"README.md", "INDEX.txt"}
+FILES = sorted(p for p in REPROS.rglob("*") if p.is_file() and p.name not in NOT_INPUTS) if REPROS.exists() else []
+WIDTH = 80  # the narrowest layout the terminal report has (no bars, stacked headers, columns left out)
+#: gates no sound report fails: a bubble is at most 100% of a step, utilization at least 0
+GATES = ("--max-bubble", "100%", "--min-utilization", "0%")
+EXPORT_NAMES = {"perfetto": "out.pftrace", "perfetto-json": "out.json", "perfetto-json-gz": "out.json.gz"}
+
+
+def cases() -> list[tuple[str, list[str]]]:
+    """(what it checks, the arguments after the file) for every format of the registry."""
+    analyze = [(name, ["--format", name]) for name in formats.names("analyze") if name not in ("text", "csv")]
+    tables = [(f"csv {table}", ["--format", "csv", "--table", table]) for table in formats.CSV_TABLES]
+    return [("text", ["--width", str(WIDTH)]), *analyze, *tables]
+
+
+def test_every_format_of_the_registry_is_covered():
+    """A format added to the registry is run here too (export's by the output names below)."""
+    assert {name for name, _ in cases()} >= set(formats.names("analyze")) - {"csv"}
+    assert set(EXPORT_NAMES) == set(formats.names("export"))
+    assert {formats.from_suffix(out, "export").name for out in EXPORT_NAMES.values()} == set(EXPORT_NAMES)
+
+
+def invoke(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as done:
+        cli.main(list(args))
+    out, err = capsys.readouterr()
+    return done.value.code, out, err
+
+
+def assert_outcome(path: Path, what: str, code: int, err: str) -> None:
+    assert code in (0, 2), f"{path.name} {what}: exit {code}: {err}"
+    if code == 2:
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("pipebubble: error: ") and path.name in lines[0], (
+            f"{path.name} {what}: exit 2 must say one line naming the file: {err}")
+
+
+def assert_valid(path: Path, what: str, out: str) -> None:
+    """The output of an analyze that succeeded is what its format promises."""
+    where = f"{path.name} {what}"
+    if what == "text":
+        assert out.strip() and max(map(len, out.splitlines())) <= WIDTH, where
+    elif what == "json":
+        assert json.loads(out)["schema_version"] == 1, where
+    elif what == "markdown":
+        assert out.lstrip().startswith("#") and "None" not in out, where
+    elif what == "html":
+        assert out.lstrip().lower().startswith("<!doctype html>") and out.rstrip().endswith("</html>"), where
+    else:  # csv: a header, then rows of its width
+        rows = list(csv.reader(io.StringIO(out)))
+        assert rows and rows[0] and all(rows[0]), where
+        assert all(len(row) == len(rows[0]) for row in rows), where
+
+
+def assert_export(path: Path, name: str, out: Path) -> None:
+    data = out.read_bytes()
+    if name == "perfetto":
+        assert Trace.FromString(data).packet, path.name
+    else:
+        text = gzip.decompress(data) if name.endswith("-gz") else data
+        assert isinstance(json.loads(text)["traceEvents"], list), f"{path.name} {name}"
+
+
+@pytest.mark.skipif(not FILES, reason=f"the minimal bad inputs are not available ({REPROS} is absent)")
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPROS)))
+def test_a_repro_in_every_format_is_exit_0_or_2(path, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no config file of this project applies
+    codes = set()
+    for i, (what, args) in enumerate(cases()):
+        code, out, err = invoke(capsys, "analyze", str(path), *(["--no-cache"] if i == 0 else []), *args)
+        assert_outcome(path, what, code, err)
+        codes.add(code)
+        if code == 0:
+            assert_valid(path, what, out)
+    assert len(codes) == 1, f"{path.name}: the exit code depends on the format: {codes}"
+    for name, output in EXPORT_NAMES.items():
+        code, _, err = invoke(capsys, "export", str(path), "-o", str(tmp_path / output), "--quiet")
+        assert_outcome(path, f"export {name}", code, err)
+        if code == 0:
+            assert_export(path, name, tmp_path / output)
+    code, out, err = invoke(capsys, "check", str(path), *GATES, "--format", "json")
+    assert_outcome(path, "check", code, err)
+    if code == 0:
+        assert json.loads(out)["passed"] is True
+    code, out, err = invoke(capsys, "diff", str(path), str(path), "--format", "json")
+    assert_outcome(path, "diff", code, err)
+    if code == 0:
+        assert json.loads(out)["regressions"] == []
