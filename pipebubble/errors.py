@@ -38,3 +38,8 @@ class OutputError(PipebubbleError):
         super().__init__(f"{path}: cannot write output: {reason}")
         self.path = path
         self.reason = reason
+
+
+class ReaderLeft(Exception):  # noqa: N818 - not an error: the reader of stdout went away
+    """stdout's reader left before the output was written (``pipebubble analyze ... | head``): exit 0.
+    Raised instead of ``BrokenPipeError``, which the command-line framework turns into exit 1."""

@@ -90,7 +90,8 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
             calls = comm.calls.filter(pl.col("who") == rank)
             parts[k] = _part(
                 results[k], options, lanes.filter(pl.col("rank") == rank),
-                CommPart(calls, comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []}),
+                CommPart(calls, comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []},
+                         comm.p2p.filter(pl.col("who") == rank)),
                 _gpu_share(gpu, rank, first),
             )
     return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
@@ -175,6 +176,7 @@ def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = T
 
 def reduce(parts: list[FilePart], options: Options) -> Report:
     """Reduce: the whole report from the files' parts (pure)."""
+    from pipebubble.alignment import aligned
     from pipebubble.errors import TraceFormatError
 
     summary = summarize(parts)
@@ -183,6 +185,8 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         raise TraceFormatError(
             ", ".join(summary.files), f"nothing to analyse: no event became a span (not spans: {text})"
         )
+    parts, clocks, clock_notes = aligned(parts, options)
+    summary = replace(summary, clock_offsets=clocks)
     lanes = sort_lanes(pl.concat([p.lanes for p in parts], how="vertical_relaxed"))
     job = reduce_job(
         [p.stages for p in parts if p.stages is not None],
@@ -201,7 +205,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         interference=serving.serving,
         timeline=section.timeline + serving.segments,
         collectives=job.collectives,
-        notes=job.notes,
+        notes=clock_notes + job.notes,
         breakdown=[row for p in parts if p.gpu is not None for row in p.gpu.rows],
         kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
         host=bd.host([p.gpu for p in parts if p.gpu is not None]),
@@ -286,7 +290,9 @@ def encode(part: FilePart) -> bytes:
         "stages": stages,
         "serving": None if part.serving is None else part.serving.to_dict(),
         "segments": [asdict(s) for s in part.segments],
-        "comm": None if part.comm is None else {"calls": _ipc(part.comm.calls), "facts": part.comm.facts},
+        "comm": None if part.comm is None else {
+            "calls": _ipc(part.comm.calls), "facts": part.comm.facts, "p2p": _ipc(part.comm.p2p)
+        },
         "gpu": None if part.gpu is None else {
             "rows": [asdict(r) for r in part.gpu.rows],
             "delay": part.gpu.delay,
@@ -322,7 +328,7 @@ def decode(blob: bytes) -> FilePart:
     segments = [Segment(**seg) for seg in env["segments"]]
     serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
     c = env.get("comm")
-    comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"])
+    comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"], *([_frame(c["p2p"])] if "p2p" in c else []))
     g = env.get("gpu")
     gpu = None if g is None else GpuPart(
         [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],

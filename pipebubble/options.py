@@ -53,6 +53,7 @@ class Options:
     serving: ServingOptions = field(default_factory=ServingOptions)
     world: int | None = None  # ranks in the job, when a part sees only some
     files: int = 0  # files in the job: a file alone with one stage is no pipeline
+    align: bool = True  # put every rank on one clock estimated from the job (``analysis.clock``)
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Options:
@@ -67,7 +68,7 @@ class Options:
                 check_regex(regex)
         stages = StageOptions(s["stage_by"], rules, s["pp_size"], s["rank_order"], s["microbatch_regex"])
         pipeline = PipelineOptions(stages, float(s["wait_threshold"]), s["gpu_cost"])
-        return cls(pipeline, ServingOptions(s["step_regex"], s["tbt_slo"]))
+        return cls(pipeline, ServingOptions(s["step_regex"], s["tbt_slo"]), align=bool(s["align"]))
 
     def settings(self) -> dict[str, Any]:
         """The settings these options were built from (the report cache's key)."""
@@ -82,6 +83,7 @@ class Options:
             "gpu_cost": pl.gpu_cost,
             "step_regex": sv.step_regex,
             "tbt_slo": sv.tbt_slo_ms,
+            "align": self.align,
         }
 
 
@@ -96,6 +98,7 @@ SETTINGS: dict[str, Any] = {
     "gpu_cost": None,
     "step_regex": None,
     "tbt_slo": None,
+    "align": True,
 }
 
 

@@ -24,6 +24,21 @@ SNIFF_BYTES = 256  # a saved report starts with schema_version (Kineto's key is 
 
 
 @dataclass(frozen=True)
+class ClockOffset:
+    """One file's clock against the job's (``analysis.clock``): its times were recorded ``offset_ns`` ahead of
+    the job's clock and moved back by it (``aligned``); ``residual_ns`` is the median distance of the single
+    measurements from it, ``support`` how many calls, pairs or passes measured it, ``evidence`` which."""
+
+    source: str
+    rank: int | None
+    offset_ns: int
+    residual_ns: int | None = None
+    evidence: str | None = None
+    support: int = 0
+    aligned: bool = True
+
+
+@dataclass(frozen=True)
 class IngestSummary:
     files: list[str] = field(default_factory=list)
     events_read: int = 0
@@ -32,6 +47,7 @@ class IngestSummary:
     warnings: list[str] = field(default_factory=list)
     formats: dict[str, str] = field(default_factory=dict)
     unread_bytes: int = 0
+    clock_offsets: list[ClockOffset] = field(default_factory=list)  # files of a multi-file job, in file order
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,8 @@ class Stage:
     weight_ns: int = 0
     microbatches: int = 0
     microbatch_cv: float | None = None
+    p2p_wait_ns: int = 0  # its receives' spin before the peer's send began (``analysis/p2p.py``), inside W
+    p2p_transfer_ns: int = 0  # the rest of its receives, inside W
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,8 @@ class Segment:
 class Wait:
     """An idle gap on a stage (or, in a job that is not a pipeline, a rank's collective spinning), with what
     it waited for and what ran around it. ``waited_for`` names the rank that arrived last at the collective
-    a ``collective`` wait spun in."""
+    a ``collective`` wait spun in, or the rank whose send an ``upstream``/``downstream`` wait's receive
+    waited for (where the receive was paired with it)."""
 
     stage: int | None
     start_ns: int
@@ -112,6 +131,8 @@ class Wait:
     lane: str | None = None
     rank: int | None = None
     waited_for: int | None = None
+    pid: int | None = None  # the waiting process, where the trace names no ranks
+    waited_for_pid: int | None = None  # the process waited for, where the trace names no ranks
 
 
 @dataclass(frozen=True)
@@ -147,12 +168,13 @@ class CollectiveRank:
     not work); ``late_ns`` the time its peers spun waiting for it, at the calls where it arrived last
     (``last`` of its ``calls``)."""
 
-    rank: int
+    rank: int | None
     calls: int
     wait_ns: int
     late_ns: int
     last: int = 0
     lane: str | None = None
+    pid: int | None = None  # a process where the trace names no ranks (``rank`` is then null)
 
 
 @dataclass(frozen=True)
@@ -165,14 +187,33 @@ class CollectiveCall:
     seq: int
     start_ns: int
     skew_ns: int
-    last_rank: int
+    last_rank: int | None
     waited_ns: int
     ranks: int = 0
+    last_pid: int | None = None  # the process that arrived last, where the trace names no ranks
+
+
+@dataclass(frozen=True)
+class Support:
+    """How much evidence the claims across ranks rest on: ``calls`` matched over ``ranks`` participants;
+    ``world`` the job's ranks when only some were traced (None: all of them); ``straggler_calls`` the calls
+    the straggler arrived last at. ``thin``: fewer than 3 calls, or only some of the job's ranks."""
+
+    calls: int
+    ranks: int
+    world: int | None = None
+    straggler_calls: int | None = None
+    thin: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "thin", self.calls < 3 or self.world is not None)
 
 
 @dataclass(frozen=True)
 class Collectives:
-    """Collective calls matched across the ranks of a multi-rank job (pipeline or not)."""
+    """Collective calls matched across the ranks of a multi-rank job (pipeline or not). ``matched`` calls
+    plus the ``left_out`` ones (by reason) account for every collective call of every participant
+    (``participant_calls``)."""
 
     calls: int
     ranks: list[CollectiveRank] = field(default_factory=list)
@@ -180,7 +221,11 @@ class Collectives:
     straggler: int | None = None  # the rank the others waited for most, when one stands out
     waited_ns: int = 0  # every rank's collective spin, summed
     matched_by: str = "end"  # how calls were paired across ranks: their kernels' ends
-    unmatched: int = 0  # ranks' calls that matched no call of every peer (a sampled trace, skewed clocks): left out
+    unmatched: int = 0  # participants' calls in no matched collective (sum of ``left_out``)
+    straggler_pid: int | None = None  # the straggler, where it is a process of a trace without ranks
+    left_out: dict[str, int] = field(default_factory=dict)  # reason (collectives.LEFT_OUT) -> participants' calls
+    participant_calls: int = 0  # every participant's collective calls: in matched calls or left out
+    support: Support | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +258,9 @@ class Pipeline:
     throughput_bound_with_comm: float = 0.0
     replayed_step_ns: int | None = None  # the what-if simulator's replay of the measured step
     replay_error: float | None = None  # (replayed - measured) / measured step time
+    # sends paired with their receives across ranks: pairs, wait_ns, transfer_ns (the stages' sums inside
+    # W) and unpaired {reason: operations}; None without point-to-point operations
+    p2p: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

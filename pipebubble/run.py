@@ -77,4 +77,16 @@ def with_spans(
     from pipebubble.ingest import load
 
     ingested = load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file)
-    return of_results(ingested.files, options), ingested.spans
+    report = of_results(ingested.files, options)
+    return report, on_job_clock(ingested.spans, report)
+
+
+def on_job_clock(spans: pl.DataFrame, report: Report) -> pl.DataFrame:
+    """``spans`` moved onto the clock the report's times use (each file by its ``ingest.clock_offsets``)."""
+    import polars as pl
+
+    moved = {o.source: o.offset_ns for o in report.ingest.clock_offsets if o.aligned and o.offset_ns}
+    if not moved or spans.is_empty():
+        return spans
+    offset = pl.col("source").replace_strict(moved, default=0, return_dtype=pl.Int64)
+    return spans.with_columns(start=pl.col("start") - offset, end=pl.col("end") - offset)

@@ -23,10 +23,33 @@ import polars as pl
 
 from pipebubble.analysis.intervals import top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
-from pipebubble.report import CollectiveCall, CollectiveRank, Collectives, Wait
-from pipebubble.spans import COMM_NAMES, owner
+from pipebubble.report import CollectiveCall, CollectiveRank, Collectives, Support, Wait
+from pipebubble.spans import COMM_NAMES
 
-CALL_COLUMNS = ["who", "rank", "lane", "kind", "start", "end"]
+CALL_COLUMNS = ["who", "rank", "lane", "kind", "seq", "start", "end", "by_name"]
+
+
+def participant() -> pl.Expr:
+    """Who a call belongs to: its rank (≥ 0), or, where the trace names no ranks (an Nsight export without
+    them), its process as ``−1 − pid``: never a process id where a rank belongs."""
+    return pl.coalesce(pl.col("rank").cast(pl.Int64), -1 - pl.col("pid"))
+
+
+def rank_of(who: int) -> int | None:
+    """The rank of a participant (None: a process)."""
+    return who if who >= 0 else None
+
+
+def pid_of(who: int) -> int | None:
+    """The process id of a participant without a rank (None: a rank)."""
+    return -1 - who if who < 0 else None
+
+
+def named(who: int | None) -> str:
+    """How a participant is called in text: ``rank 3`` or ``process 144``."""
+    if who is None:
+        return "-"
+    return f"rank {who}" if who >= 0 else f"process {-1 - who}"
 #: (kind, regex) tried in order on a lower-cased range or kernel name; the first match names the kind.
 KINDS = (
     ("all_to_all", r"all_?to_?all"),
@@ -71,13 +94,15 @@ def collective_part(spans: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     ranges = pl.concat([groups, p2p])
     gpu = _gpu_calls(spans, ranges)
     cpu = groups
-    cpu = cpu.with_columns(who=owner()).filter(~pl.col("who").is_in(gpu["who"].unique().implode()))
-    calls = pl.concat([gpu.select(CALL_COLUMNS), cpu.select(CALL_COLUMNS)], how="vertical_relaxed")
-    calls = calls.filter(~pl.col("kind").is_in(P2P))
-    who = spans.with_columns(who=owner())
+    cpu = cpu.with_columns(who=participant()).filter(~pl.col("who").is_in(gpu["who"].unique().implode()))
+    own = ["who", "rank", "lane", "kind", "start", "end", "by_name"]
+    calls = pl.concat([gpu.select(own), cpu.with_columns(by_name=pl.lit(False)).select(own)], how="vertical_relaxed")
+    calls = calls.filter(~pl.col("kind").is_in(P2P)).sort("who", "start", "end")
+    calls = calls.with_columns(seq=pl.int_range(pl.len(), dtype=pl.Int64).over("who", "kind"))
+    who = spans.with_columns(who=participant())
     windows = who.group_by("who").agg(
         rank=pl.col("rank").first(), lane=pl.lit(None, pl.String), start=pl.col("start").min(), end=pl.col("end").max()
-    ).with_columns(kind=pl.lit(None, pl.String))
+    ).with_columns(kind=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64), by_name=pl.lit(None, pl.Boolean))
     steps = spans.filter(pl.col("kind") == "step")
     facts = {
         "p2p_send": int(counts.get("send", 0)),
@@ -88,8 +113,8 @@ def collective_part(spans: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     return out.cast(_SCHEMA), facts  # type: ignore[arg-type]
 
 
-_SCHEMA = {"who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "kind": pl.String, "start": pl.Int64,
-           "end": pl.Int64}
+_SCHEMA = {"who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "kind": pl.String, "seq": pl.Int64,
+           "start": pl.Int64, "end": pl.Int64, "by_name": pl.Boolean}
 _NVTX = r"^nccl[A-Z]"  # NCCL's own NVTX ranges (ncclSend, ncclAllReduce) as Nsight records them
 
 
@@ -115,134 +140,217 @@ def _outside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
 
 def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """Collective kernels, each of the kind of its launch's outermost communication range (its own name's
-    kind where the launch is not inside one)."""
+    kind where the launch is not inside one). A kernel whose launch is not in the trace (a window opened
+    mid-call) takes the kind of the next kernel of its name on its stream: NCCL's all_to_all runs as
+    ``SendRecv`` kernels, and the cut call is still the all_to_all its successors are."""
     kernels = spans.filter((pl.col("kind") == "comm") & pl.col("device").is_not_null())
     if kernels.is_empty():
         return kernels.select(who=pl.lit(None, pl.Int64), rank="rank", lane="lane", kind=pl.lit(None, pl.String),
-                              start="start", end="end")
+                              start="start", end="end", by_name=pl.lit(None, pl.Boolean))
     joined = with_launch(kernels, spans, key=EVENT_KEY)
     marks = ranges.select(at_lane="lane", at="start", range_end="end", range_kind="kind").sort("at_lane", "at")
     joined = joined.sort("at_lane", "at").join_asof(
         marks, on="at", by="at_lane", strategy="backward", check_sortedness=False
     )
     inside = pl.col("at") < pl.col("range_end")
-    kind = pl.when(inside & pl.col("range_kind").is_not_null()).then("range_kind").otherwise(kind_of(pl.col("name")))
-    return joined.with_columns(who=owner(), kind=kind.fill_null("collective")).sort("who", "start")
+    ranged = pl.when(inside & pl.col("range_kind").is_not_null()).then("range_kind")
+    joined = joined.sort("lane", "start").with_columns(ranged=ranged).with_columns(
+        ranged=pl.when(pl.col("at").is_null()).then(pl.col("ranged").backward_fill().over("lane", "name"))
+        .otherwise("ranged")
+    )
+    kind = pl.coalesce("ranged", kind_of(pl.col("name")))
+    return joined.with_columns(who=participant(), kind=kind.fill_null("collective"),
+                               by_name=pl.col("ranged").is_null()).sort("who", "start")
 
 
 #: Members' kernels of one collective end together (the last arrival releases them all); they are matched
 #: when their ends lie within this much (plus 1% of the call's length) of each other.
 END_TOLERANCE_NS = 1_000_000
+#: Why a participant's call is in no matched collective (``Collectives.left_out``).
+LEFT_OUT = {
+    "outside_window": "a member's trace cannot hold it (it ended before that trace began or began after it ended)",
+    "no_peer": "no member of its group is in these traces",
+    "unmatched": "no call of some member ends with it",
+    "not_together": "the last member arrived after another had finished (not one collective, or clocks disagree)",
+}
 
 
-def match(calls: pl.DataFrame, group_of: dict[int, int] | None = None) -> tuple[pl.DataFrame, int]:
+def match(calls: pl.DataFrame, group_of: dict[int, int] | None = None) -> tuple[pl.DataFrame, dict[str, int]]:
     """Reduce, first half: the calls of every file as matched collectives, one row per (call, participant):
-    ``group``, ``kind``, ``seq`` (the call), ``who``, ``rank``, ``lane``, ``start``, ``end``, ``last`` (the
-    call's last arrival), ``last_who``, ``wait`` (ns spun before it); and how many participants' calls
-    matched no call of every peer (left out). ``group_of`` (participant -> group) keeps matching inside
-    groups (a pipeline's stages).
+    ``group``, ``kind``, ``seq`` (the participant's own number for the call, from its first call in its trace),
+    ``who``, ``rank``, ``lane``, ``start``, ``end``, ``last`` (the call's last arrival), ``last_who``, ``wait``
+    (ns spun before it); and how many participants' calls are in no matched call, by reason (``LEFT_OUT``):
+    matched rows and those counts account for every call of every participant. ``group_of`` (participant ->
+    group) keeps matching inside groups (a pipeline's stages).
 
-    Matching is by end: in each group and kind, the participant with the fewest calls anchors them; each
-    anchor call takes, from every peer, the call of that kind ending nearest to it, if it ends within
-    ``END_TOLERANCE_NS`` (+1%). Order alone would pair the wrong calls wherever one rank's trace lacks a
-    call (a sampled or filtered trace, a window opening mid-step). A match whose last arrival comes after
-    some member's end is no collective (or the clocks disagree) and is left out."""
+    Matching is by end, whatever each participant's profile window: in each group and kind, the participant
+    with the most calls is the reference; each of its calls takes, from every peer, the call of that kind
+    ending nearest to it, if it ends within ``END_TOLERANCE_NS`` (+1%). Order alone would pair the wrong calls
+    wherever one trace lacks a call (a sampled or filtered trace, a window opening mid-step); a window filter
+    would drop the calls a late participant is latest at, the ones its peers spun longest in."""
     windows = calls.filter(pl.col("kind").is_null())
     real = calls.filter(pl.col("kind").is_not_null())
     group = pl.col("who").replace_strict(group_of, default=None, return_dtype=pl.Int64) if group_of else pl.lit(0)
-    real = real.with_columns(group=group.cast(pl.Int64)).filter(pl.col("group").is_not_null())
+    real = real.with_columns(group=group.cast(pl.Int64)).with_row_index("row")
     windows = windows.with_columns(group=group.cast(pl.Int64)).filter(pl.col("group").is_not_null())
     common = windows.group_by("group").agg(lo=pl.col("start").max(), hi=pl.col("end").min(), members=pl.len())
-    real = real.join(common, on="group").filter((pl.col("start") >= pl.col("lo")) & (pl.col("end") <= pl.col("hi")))
-    real = real.filter(pl.col("members") > 1).with_row_index("row")
+    real = real.join(common, on="group", how="left").with_columns(pl.col("members").fill_null(1))
+    real = _kinds_by_peers(real)
+    alone = real.filter(pl.col("members") <= 1)
+    real = real.filter(pl.col("members") > 1)
     if real.is_empty():
-        return _MATCHED.clear(), 0
+        return _MATCHED.clear(), _reasons(real, alone, real["row"])
     counts = real.group_by("group", "kind", "who").len()
-    anchor = counts.sort("len", "who").group_by("group", "kind", maintain_order=True).first()
-    anchors = real.join(anchor.select("group", "kind", anchor="who"), on=["group", "kind"]).filter(
-        pl.col("who") == pl.col("anchor")
-    )
-    anchors = anchors.sort("end").with_columns(seq=pl.int_range(pl.len()).over("group", "kind"))
-    probe = anchors.select("group", "kind", "seq", "members", a_end="end", a_len=pl.col("end") - pl.col("start"))
+    ref = counts.sort("len", "who", descending=[True, False]).group_by("group", "kind", maintain_order=True).first()
+    refs = real.join(ref.select("group", "kind", ref="who"), on=["group", "kind"])
+    refs = refs.filter(pl.col("who") == pl.col("ref"))
+    refs = refs.sort("end").with_columns(call=pl.int_range(pl.len()).over("group", "kind"))
+    probe = refs.select("group", "kind", "call", "members", a_end="end", a_len=pl.col("end") - pl.col("start"))
     probe = probe.join(real.select("group", "who").unique(), on="group").sort("a_end")
     candidates = real.select("group", "kind", "who", "row", c_end="end").sort("c_end")
     hit = probe.join_asof(candidates, left_on="a_end", right_on="c_end", by=["group", "kind", "who"],
                           strategy="nearest", check_sortedness=False)
     off = (pl.col("c_end") - pl.col("a_end")).abs()
     hit = hit.filter(off <= END_TOLERANCE_NS + pl.col("a_len") // 100).with_columns(off=off)
-    hit = hit.sort("off").unique("row", keep="first")  # a call nearest to two anchors joins the nearer
-    per = ["group", "kind", "seq"]
+    hit = hit.sort("off").unique("row", keep="first")  # a call nearest to two reference calls joins the nearer
+    per = ["group", "kind", "call"]
     rows = hit.select(*per, "members", "row").join(real.drop("group", "kind", "members"), on="row")
+    complete = rows.filter(pl.len().over(per) == pl.col("members"))
     together = pl.col("start").max().over(per) <= pl.col("end").min().over(per)
-    rows = rows.filter((pl.len().over(per) == pl.col("members")) & together)
+    matched = complete.filter(together)
     # The last to arrive: the latest start (the lowest participant among equal starts).
     last_who = pl.col("who").sort_by("start", "who", descending=[True, False]).first().over(per)
-    rows = rows.with_columns(last=pl.col("start").max().over(per), last_who=last_who).with_columns(
+    matched = matched.with_columns(last=pl.col("start").max().over(per), last_who=last_who).with_columns(
         wait=(pl.min_horizontal("end", "last") - pl.col("start")).clip(lower_bound=0)
     )
-    return rows.select(_MATCHED.columns).cast(_MATCHED.schema), real.height - rows.height  # type: ignore[arg-type]
+    left = _reasons(real, alone, matched["row"], complete["row"])
+    return matched.select(_MATCHED.columns).cast(_MATCHED.schema), left  # type: ignore[arg-type]
 
 
-_MATCHED = pl.DataFrame(schema={"group": pl.Int64, "kind": pl.String, "seq": pl.Int64, "who": pl.Int64,
-                                "rank": pl.Int32, "lane": pl.String, "start": pl.Int64, "end": pl.Int64,
-                                "last": pl.Int64, "last_who": pl.Int64, "wait": pl.Int64})
+def _kinds_by_peers(real: pl.DataFrame) -> pl.DataFrame:
+    """A kernel whose kind only its own name gave (its launch and ranges are not in the trace, and no later
+    kernel of its name on its stream says more: a window cut mid-call) takes the kind of the peers' call
+    ending nearest to it, within the matching tolerance: NCCL runs all_reduce and all_to_all alike as
+    ``SendRecv`` kernels, and its peers' traces know which call it was."""
+    if "by_name" not in real.columns or not real["by_name"].fill_null(False).any():
+        return real
+    known = real.filter(~pl.col("by_name").fill_null(False)).select(
+        "group", k_who="who", k_kind="kind", k_end="end").sort("k_end")
+    if known.is_empty():
+        return real
+    guess = real.filter(pl.col("by_name").fill_null(False)).select("row", "group", "who", "start", "end").sort("end")
+    near = guess.join_asof(known, left_on="end", right_on="k_end", by="group", strategy="nearest",
+                           check_sortedness=False)
+    ok = (pl.col("k_end") - pl.col("end")).abs() <= END_TOLERANCE_NS + (pl.col("end") - pl.col("start")) // 100
+    found = dict(near.filter(ok & (pl.col("k_who") != pl.col("who"))).select("row", "k_kind").iter_rows())
+    if not found:
+        return real
+    return real.with_columns(kind=pl.col("row").replace_strict(found, default=pl.col("kind"), return_dtype=pl.String))
 
 
-def summarize(matched: pl.DataFrame, unmatched: int = 0, worst: int = 10) -> Collectives | None:
-    """Per-participant wait and lateness, and the worst calls, over the matched calls."""
+def _reasons(real: pl.DataFrame, alone: pl.DataFrame, matched: pl.Series,
+             complete: pl.Series | None = None) -> dict[str, int]:
+    """Why each call of ``real`` not in ``matched`` was left out (``LEFT_OUT``), counted; ``alone``'s calls
+    have no peer in the traces."""
+    rest = real.filter(~pl.col("row").is_in(matched.implode()))
+    outside = (pl.col("end") < pl.col("lo")) | (pl.col("start") > pl.col("hi"))
+    in_complete = pl.col("row").is_in(complete.implode()) if complete is not None else pl.lit(False)
+    reason = pl.when(outside).then(pl.lit("outside_window")).when(in_complete).then(pl.lit("not_together")).otherwise(
+        pl.lit("unmatched"))
+    counts = dict(rest.select(reason=reason).group_by("reason").len().iter_rows()) if rest.height else {}
+    if alone.height:
+        counts["no_peer"] = alone.height
+    return {k: int(counts[k]) for k in LEFT_OUT if counts.get(k)}
+
+
+_MATCHED = pl.DataFrame(schema={"group": pl.Int64, "kind": pl.String, "call": pl.Int64, "seq": pl.Int64,
+                                "who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "start": pl.Int64,
+                                "end": pl.Int64, "last": pl.Int64, "last_who": pl.Int64, "wait": pl.Int64})
+
+#: Fewer matched calls than this make a claim across ranks thin (said next to it).
+THIN_CALLS = 3
+
+
+def summarize(matched: pl.DataFrame, left_out: dict[str, int] | None = None, worst: int = 10,
+              world: int | None = None) -> Collectives | None:
+    """Per-participant wait and lateness, the worst calls, the straggler and how strong the evidence is, over
+    the matched calls. ``world``: the job's ranks, when the traces hold only some of them."""
     if matched.is_empty():
         return None
-    good = matched
-    per = ["group", "kind", "seq"]
-    calls = good.group_by(per).agg(
+    left_out = left_out or {}
+    per = ["group", "kind", "call"]
+    calls = matched.group_by(per).agg(
         start=pl.col("start").min(),
         skew=pl.col("last").first() - pl.col("start").min(),
         last_who=pl.col("last_who").first(),
+        seq=pl.col("seq").filter(pl.col("who") == pl.col("last_who")).first(),
         waited=pl.col("wait").sum(),
         n=pl.len(),
     )
-    late = calls.filter(pl.col("skew") > 0).group_by("last_who").agg(
-        late=pl.col("waited").sum(), last=pl.len()
-    )
+    late = calls.filter(pl.col("skew") > 0).group_by("last_who").agg(late=pl.col("waited").sum(), last=pl.len())
     ranks = (
-        good.group_by("who")
+        matched.group_by("who")
         .agg(lane=pl.col("lane").drop_nulls().first(), calls=pl.len(), wait=pl.col("wait").sum())
         .join(late, left_on="who", right_on="last_who", how="left")
         .with_columns(pl.col("late", "last").fill_null(0))
-        .sort("who")
+        .sort(pl.col("who") < 0, pl.col("who").abs())
     )
     rows = [
-        CollectiveRank(r["who"], r["calls"], r["wait"], r["late"], r["last"], r["lane"])
+        CollectiveRank(rank_of(r["who"]), r["calls"], r["wait"], r["late"], r["last"], r["lane"], pid_of(r["who"]))
         for r in ranks.iter_rows(named=True)
     ]
     top = calls.sort("waited", "start", descending=[True, False]).head(worst)
     worst_calls = [
-        CollectiveCall(r["kind"], r["seq"], r["start"], r["skew"], r["last_who"], r["waited"], r["n"])
+        CollectiveCall(r["kind"], r["seq"], r["start"], r["skew"], rank_of(r["last_who"]), r["waited"], r["n"],
+                       pid_of(r["last_who"]))
         for r in top.iter_rows(named=True)
     ]
-    total = int(good["wait"].sum())
-    leader = max(rows, key=lambda r: (r.late_ns, -r.rank))
-    straggler = leader.rank if total and leader.late_ns * 2 >= total else None
-    return Collectives(calls.height, rows, worst_calls, straggler, total, "end", unmatched)
+    total = int(matched["wait"].sum())
+    leader = max(range(len(rows)), key=lambda k: (rows[k].late_ns, -k))
+    is_straggler = total and rows[leader].late_ns * 2 >= total
+    support = Support(calls.height, len(rows), world if world and world > len(rows) else None,
+                      rows[leader].last if is_straggler else None)
+    left = sum(left_out.values())
+    return Collectives(
+        calls.height, rows, worst_calls, rows[leader].rank if is_straggler else None, total, "end", left,
+        straggler_pid=rows[leader].pid if is_straggler else None, left_out=left_out,
+        participant_calls=matched.height + left, support=support,
+    )
 
 
 def straggler_note(collectives: Collectives) -> str | None:
-    """The headline about the rank the others waited for, when one stands out."""
-    if collectives.straggler is None:
+    """The headline about the rank (or process) the others waited for, when one stands out, with how many
+    calls and ranks say so."""
+    if collectives.straggler is None and collectives.straggler_pid is None:
         return None
-    row = next(r for r in collectives.ranks if r.rank == collectives.straggler)
-    who = f"process {row.rank} ({row.lane})" if (row.lane or "").startswith("pid") else f"rank {row.rank}"
+    row = next(r for r in collectives.ranks
+               if (r.rank, r.pid) == (collectives.straggler, collectives.straggler_pid))
+    who = f"rank {row.rank}" if row.rank is not None else f"process {row.pid} ({row.lane})"
     return (
         f"{who} arrived last at {row.last} of {collectives.calls} collectives; "
-        f"others waited {row.late_ns / 1e6:,.1f} ms for it"
+        f"others waited {row.late_ns / 1e6:,.1f} ms for it" + support_words(collectives)
     )
+
+
+def support_words(collectives: Collectives) -> str:
+    """What makes a claim across ranks thin (fewer than ``THIN_CALLS`` calls, some ranks of a bigger job),
+    as a clause; empty when nothing does."""
+    s = collectives.support
+    if s is None:
+        return ""
+    thin = []
+    if s.calls < THIN_CALLS:
+        thin.append(f"only {s.calls} call{'s' * (s.calls != 1)}")
+    if s.world is not None:
+        thin.append(f"{s.ranks:,} of {s.world:,} ranks traced")
+    return f" (thin evidence: {', '.join(thin)})" if thin else ""
 
 
 def waits(
     matched: pl.DataFrame, threshold_ns: float, stage_of: dict[int, int] | None = None, limit: int | None = None
 ) -> tuple[list[Wait], int]:
     """Every participant's spin at a matched collective longer than ``threshold_ns``, as a ``collective``
-    wait naming the rank that arrived last: the ``limit`` longest, and how many there are in all."""
+    wait naming the rank (or process) that arrived last: the ``limit`` longest, and how many there are in all."""
     if matched.is_empty():
         return [], 0
     good = matched.filter((pl.col("wait") > 0) & (pl.col("wait") > threshold_ns))
@@ -258,8 +366,10 @@ def waits(
             before=None,
             after=f"{r['kind']} #{r['seq']}",
             lane=r["lane"],
-            rank=r["who"],
-            waited_for=r["last_who"],
+            rank=rank_of(r["who"]),
+            waited_for=rank_of(r["last_who"]),
+            pid=pid_of(r["who"]),
+            waited_for_pid=pid_of(r["last_who"]),
         )
         for r in good.iter_rows(named=True)
     ]

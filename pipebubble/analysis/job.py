@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from pipebubble.analysis import collectives as coll
+from pipebubble.analysis import p2p as pp
 from pipebubble.analysis.evidence import one_rank, some_ranks
 from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages
 from pipebubble.analysis.stage_part import StagePart
@@ -21,10 +22,12 @@ MAX_COLLECTIVE_WAITS = 1000
 @dataclass(frozen=True)
 class CommPart:
     """What one file contributes to the collectives: its calls (``collectives.CALL_COLUMNS``) and facts
-    (``p2p_send``, ``p2p_recv``, ``step_ns``)."""
+    (``p2p_send``, ``p2p_recv``, ``step_ns``); and its point-to-point operations (``p2p.SCHEMA``; none by
+    default), matched across ranks in the pipeline section."""
 
     calls: pl.DataFrame
     facts: dict
+    p2p: pl.DataFrame = field(default_factory=pp.empty)
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,13 @@ def reduce_job(
         "send": sum(c.facts.get("p2p_send", 0) for c in comm_parts),
         "recv": sum(c.facts.get("p2p_recv", 0) for c in comm_parts),
     }
-    section = reduce_stages(stage_parts, options, p2p)
+    ops = pl.concat([c.p2p for c in comm_parts], how="vertical_relaxed") if comm_parts else pp.empty()
+    section = reduce_stages(stage_parts, options, p2p, ops)
     calls = pl.concat([c.calls for c in comm_parts], how="vertical_relaxed") if comm_parts else pl.DataFrame()
-    stage_of = _stage_of(stage_parts, calls) if section.stages else None
-    matched, unmatched = coll.match(calls, stage_of) if calls.height else (pl.DataFrame(), 0)
-    collectives = coll.summarize(matched, unmatched) if matched.height else None
+    stage_of = stage_groups(stage_parts, calls) if section.stages else None
+    matched, left_out = coll.match(calls, stage_of) if calls.height else (pl.DataFrame(), {})
+    worlds = [m.get("world_size") for m in metas if isinstance(m.get("world_size"), int)]
+    collectives = coll.summarize(matched, left_out, world=max(worlds, default=None)) if matched.height else None
     notes = list(section.notes)
     if len(metas) == 1:
         stage = section.stages[0].name if len(section.stages) == 1 else None
@@ -81,7 +86,7 @@ def _span(calls: pl.DataFrame) -> float:
     return float(calls["end"].max() - calls["start"].min())
 
 
-def _stage_of(parts: list[StagePart], calls: pl.DataFrame) -> dict[int, int]:
+def stage_groups(parts: list[StagePart], calls: pl.DataFrame) -> dict[int, int]:
     """Participant -> stage position (by stage name: ``pp1`` of every data-parallel replica is one group),
     through the lanes the stages' work ran on, over every file's part (replicas left out of the pipeline
     analysed included: they are the stages' collective peers)."""
@@ -111,8 +116,8 @@ def _collective_causes(waits: list[Wait], spins: list[Wait]) -> list[Wait]:
         schema={"i": pl.Int64, "stage": pl.Int64, "start": pl.Int64, "end": pl.Int64}, orient="row",
     )
     spun = pl.DataFrame(
-        [(w.stage, w.start_ns, w.start_ns + w.dur_ns, w.rank, w.waited_for) for w in spins if w.stage is not None],
-        schema={"stage": pl.Int64, "s": pl.Int64, "e": pl.Int64, "rank": pl.Int64, "waited_for": pl.Int64},
+        [(w.stage, w.start_ns, w.start_ns + w.dur_ns, k) for k, w in enumerate(spins) if w.stage is not None],
+        schema={"stage": pl.Int64, "s": pl.Int64, "e": pl.Int64, "spin": pl.Int64},
         orient="row",
     )
     overlap = pl.min_horizontal("end", "e") - pl.max_horizontal("start", "s")
@@ -124,7 +129,10 @@ def _collective_causes(waits: list[Wait], spins: list[Wait]) -> list[Wait]:
         .unique("i", keep="first")
     )
     found = {r["i"]: r for r in best.iter_rows(named=True)}
-    return [
-        replace(w, cause="collective", waited_for=found[i]["waited_for"], rank=found[i]["rank"]) if i in found else w
-        for i, w in enumerate(waits)
-    ]
+    return [_spun_in(w, spins[found[i]["spin"]]) if i in found else w for i, w in enumerate(waits)]
+
+
+def _spun_in(gap: Wait, spin: Wait) -> Wait:
+    """A pipeline gap spent spinning in a collective: who spun, and whom for."""
+    return replace(gap, cause="collective", rank=spin.rank, pid=spin.pid, waited_for=spin.waited_for,
+                   waited_for_pid=spin.waited_for_pid)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
+from pipebubble.analysis import p2p as pp
 from pipebubble.analysis import pipeline as pm
 from pipebubble.analysis.evidence import not_a_pipeline, pipeline_evidence
 from pipebubble.analysis.pipeline_summary import summary
@@ -79,10 +80,15 @@ def _order_by_stage_ids(names: list[str], work: pl.DataFrame, host: pl.DataFrame
 
 
 def reduce_stages(
-    parts: list[StagePart], options: PipelineOptions = PipelineOptions(), p2p: dict[str, int] | None = None
+    parts: list[StagePart],
+    options: PipelineOptions = PipelineOptions(),
+    p2p: dict[str, int] | None = None,
+    ops: pl.DataFrame | None = None,
 ) -> PipelineSection:
     """Reduce: everything pipeline-shaped from the files' parts. Two or more stages are a pipeline only on
     evidence (``evidence.pipeline_evidence``; ``p2p``: the job's send/recv counts outside collectives),
+    and their sends and receives (``ops``, ``p2p.SCHEMA``) are paired across ranks: each stage's receive
+    wait and transfer, and the waits whose receive waited for a neighbour's send,
     else the section is empty but for a note saying why. One stage that its labels or process group say
     is a pipeline stage (one rank of a bigger job) gets its stage row and waits, and no pipeline summary."""
     parts = [p for p in parts if p is not None]
@@ -92,6 +98,7 @@ def reduce_stages(
         names = {n for p in bare for n in p.names}
         return PipelineSection(notes=[not_a_pipeline(names)] if len(names) >= 2 else [])
     names, work, host, facts = combine(parts)
+    labelled = work
     p = len(names)
     found = pipeline_evidence(parts, p2p or {}, options.stages)
     if p >= 2 and not found:
@@ -109,13 +116,16 @@ def reduce_stages(
     stage_rows = _stages(table, work, names, p)
     if len(stage_rows) < min(p, 2) or not _measurable(wins):
         return PipelineSection()  # no two stages with work of any length: nothing pipeline-shaped to measure
-    waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu")
+    recvs, per, paired = pp.reduce_pipeline(ops, labelled, wins) if p >= 2 else (None, {}, None)
+    stage_rows = [replace(s, p2p_wait_ns=per[s.stage][0], p2p_transfer_ns=per[s.stage][1]) if s.stage in per else s
+                  for s in stage_rows]
+    waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu", recvs)
     lane_of = {s.stage: s.lanes[0] for s in stage_rows if s.lanes}
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
     if p == 1:
         return PipelineSection(stage_rows, None, waits, timeline(work))
     pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
-    return PipelineSection(stage_rows, replace(pipeline, evidence=found), waits, timeline(work))
+    return PipelineSection(stage_rows, replace(pipeline, evidence=found, p2p=paired), waits, timeline(work))
 
 
 def _measurable(wins: pl.DataFrame) -> bool:

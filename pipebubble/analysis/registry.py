@@ -19,6 +19,7 @@ from pipebubble.analysis.collectives import collective_part
 from pipebubble.analysis.interference import interference
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
+from pipebubble.analysis.p2p import p2p_part
 from pipebubble.analysis.stage_part import StagePart, stage_part
 from pipebubble.options import Options
 from pipebubble.report import Interference, Segment
@@ -49,10 +50,10 @@ def serving_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> tu
 
 
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
-    """The file's collective calls per participant and its send/recv counts (``collectives``); no rows
-    without communication."""
+    """The file's collective calls per participant, its send/recv counts (``collectives``) and its
+    point-to-point operations (``p2p``); no rows without communication."""
     calls, facts = collective_part(spans)
-    return CommPart(calls, facts)
+    return CommPart(calls, facts, p2p_part(spans))
 
 
 def breakdown_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> GpuPart:

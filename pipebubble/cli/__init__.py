@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from pipebubble.errors import OutputError, PipebubbleError
+from pipebubble.errors import OutputError, PipebubbleError, ReaderLeft
 
 OK, GATE_FAILED, BAD_INPUT, INTERNAL = 0, 1, 2, 3
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(BAD_INPUT)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
-    except BrokenPipeError:  # `pipebubble analyze ... | head`: the reader left, nothing went wrong
+    except (BrokenPipeError, ReaderLeft):  # `pipebubble analyze ... | head`: the reader left, nothing went wrong
         sys.stderr.close()
         sys.exit(OK)
     except OSError as exc:  # a file a command had to read or write and could not: bad input or output

@@ -78,6 +78,9 @@ StepRegex = Annotated[str | None, typer.Option(
 TbtSlo = Annotated[float | None, typer.Option(
     "--tbt-slo", help="Time-between-tokens target in ms: the prefill chunk that keeps steps under it.",
     rich_help_panel=SERVING)]
+NoAlign = Annotated[bool, typer.Option(
+    "--no-align", help="Keep each rank's recorded clock (default: one clock for the job, estimated from its "
+    "collectives, sends and receives)")]
 ExecutorOpt = Annotated[Executor, typer.Option(
     "--executor", help="Where files are mapped: local (a process pool) or ray.", rich_help_panel=SCALE)]
 RayAddress = Annotated[str | None, typer.Option(
@@ -168,6 +171,7 @@ ANALYSIS_FLAGS: dict[str, tuple[Any, Any]] = {
     "gpu_cost": (GpuCost, None),
     "step_regex": (StepRegex, None),
     "tbt_slo": (TbtSlo, None),
+    "no_align": (NoAlign, False),
     "executor": (ExecutorOpt, Executor.local),
     "ray_address": (RayAddress, None),
     "workers": (Workers, None),
@@ -210,6 +214,7 @@ def options(
     gpu_cost: float | None = None,
     step_regex: str | None = None,
     tbt_slo: float | None = None,
+    no_align: bool = False,
 ) -> Options:
     """The analysis options: the config file's ``[stages]`` table with the flags that were given on top."""
     from pipebubble import config as configuration
@@ -224,6 +229,7 @@ def options(
         "gpu_cost": gpu_cost,
         "step_regex": step_regex,
         "tbt_slo": tbt_slo,
+        "align": False if no_align else None,
     }
     return Options.from_settings(merge(configuration.load(config).stages, **flags))
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from pipebubble.errors import OutputError
+from pipebubble.errors import OutputError, ReaderLeft
 
 if TYPE_CHECKING:
     from pipebubble.render.formats import OutputFormat
@@ -66,7 +66,7 @@ def write_text(text: str | bytes, output: Path | None, quiet: bool = False) -> N
             sys.stdout.write(text if isinstance(text, str) else text.decode())
             sys.stdout.flush()
         except BrokenPipeError:  # the reader left (`| head`): the command line ends quietly
-            raise
+            raise ReaderLeft from None
         except OSError as exc:  # stdout on a full disk, say
             raise OutputError("<stdout>", exc.strerror or str(exc)) from None
         return

@@ -79,7 +79,8 @@ def headline(report: Report, unit: str = "ms") -> list[tuple[str, str, bool]]:
     c = report.collectives
     if c is not None:
         cards += [(f"{time(c.waited_ns, unit)} {unit}", "collective wait, all ranks", False)]
-        cards += [(f"rank {c.straggler}", "straggler", False)] if c.straggler is not None else []
+        cards += [(collectives.who(c.straggler, c.straggler_pid), "straggler", False)] \
+            if c.straggler is not None or c.straggler_pid is not None else []
     rows = gputime.whole(report)
     idlest = max(rows, key=lambda b: b.idle_ns / b.window_ns if b.window_ns else 0.0, default=None)
     cards += [(share(idlest.idle_ns, idlest.window_ns), f"idle, most idle GPU ({idlest.lane})", False)] \
@@ -128,15 +129,23 @@ STAGE_PARTS = (("busy", "busy_ns"), ("+ fill", "fill_ns"), ("+ drain", "drain_ns
 def stage_table(report: Report, bar_width: int = 10, unit: str = "ms") -> Table:
     """Busy + fill + drain + steady idle = the stage's window (every column read from the Stage; the window is
     its busy and idle, ``Stage.idle_ns``); comm is the part of that idle spent communicating, so it is shown
-    beside the window, not added to it. ``bar_width`` 0: no text bar after the utilization."""
+    beside the window, not added to it; so are its receives' wait for the peer's send and transfer, where the
+    job's sends were paired with them. ``bar_width`` 0: no text bar after the utilization."""
+    p2p = report.pipeline is not None and report.pipeline.p2p is not None
+    extra = [("p2p wait", "p2p_wait_ns"), ("p2p transfer", "p2p_transfer_ns")] if p2p else []
     rows = [[_stage_name(st.stage, st.name), *(time(getattr(st, key), unit) for _, key in STAGE_PARTS),
              time(st.busy_ns + st.idle_ns, unit), time(st.comm_ns, unit),
+             *(time(getattr(st, key), unit) for _, key in extra),
              pct(st.utilization) + (f" {bar(st.utilization, bar_width)}" if bar_width else "")]
             for st in report.stages]
-    columns = ["stage", *(head for head, _ in STAGE_PARTS), "= window", "comm in idle", "utilization"]
+    columns = ["stage", *(head for head, _ in STAGE_PARTS), "= window", "comm in idle", *(h for h, _ in extra),
+               "utilization"]
     return Table(f"Stages ({unit} over the step windows W: busy + fill + drain + steady idle = window; comm in idle:"
-                 " the part of that idle spent communicating, not added again; utilization = busy / |W|)",
-                 columns, rows, frozenset(range(1, 8)), drop=("= window", "comm in idle"))
+                 " the part of that idle spent communicating, not added again;"
+                 + (" p2p wait/transfer: its receives spinning for the peer's send / transferring;" if p2p else "")
+                 + " utilization = busy / |W|)",
+                 columns, rows, frozenset(range(1, len(columns))),
+                 drop=(*(h for h, _ in extra), "= window", "comm in idle"))
 
 
 def _stage_name(stage: int, name: str) -> str:
@@ -149,9 +158,9 @@ def wait_table(report: Report, origin_ns: int, unit: str = "ms") -> Table:
     """The biggest waits (the report lists them biggest first); `at` is from the timeline's origin. A
     "waited for" column names the last rank to arrive when some wait shown spun in a collective."""
     shown = report.waits[:TOP_WAITS]
-    blame = any(w.waited_for is not None for w in shown)
-    rows = [[_where(w), time(w.start_ns - origin_ns, unit), time(w.dur_ns, unit), w.cause, w.before or "-",
-             w.after or "-", *([_rank(w.waited_for)] if blame else [])] for w in shown]
+    blame = any(w.waited_for is not None or w.waited_for_pid is not None for w in shown)
+    rows = [[wait_where(w), time(w.start_ns - origin_ns, unit), time(w.dur_ns, unit), w.cause, w.before or "-",
+             w.after or "-", *([collectives.who(w.waited_for, w.waited_for_pid)] if blame else [])] for w in shown]
     title = f"Biggest waits (top {len(shown)} of {len(report.waits)})"
     return Table(title, ["where", f"at {unit}", unit, "cause", "before", "after", *(["waited for"] if blame else [])],
                  rows, frozenset({1, 2}), drop=("before", f"at {unit}"))
@@ -170,22 +179,20 @@ CAUSES = {"fill": "before the stage's first compute of the step (pipeline fill)"
 def wait_peer(w: Wait) -> str:
     """Whom a wait waited for, as its cause says: the stage before (upstream) or after (downstream), or the
     rank that arrived last at the collective; "" when the cause names no one."""
-    if w.waited_for is not None:
-        return f"rank {w.waited_for}"
+    if w.waited_for is not None or w.waited_for_pid is not None:
+        return collectives.who(w.waited_for, w.waited_for_pid)
     if w.stage is not None and w.cause in ("upstream", "downstream"):
         return f"s{w.stage - 1 if w.cause == 'upstream' else w.stage + 1}"
     return ""
 
 
-def _where(w: Wait) -> str:
+def wait_where(w: Wait) -> str:
     """The stage (``s2``); in a job that is not a pipeline, the rank, else the lane."""
     if w.stage is not None:
         return f"s{w.stage}"
-    return _rank(w.rank) if w.rank is not None else w.lane or "-"
-
-
-def _rank(rank: int | None) -> str:
-    return "-" if rank is None else f"rank {rank}"
+    if w.rank is None and w.pid is None:
+        return w.lane or "-"
+    return collectives.who(w.rank, w.pid)
 
 
 def recommendation_table(report: Report, unit: str = "ms") -> Table:
