@@ -74,8 +74,10 @@ class FileClock:
 def collective_edges(calls: pl.DataFrame) -> list[Edge]:
     """Edges from collective ends: ``calls`` has ``file``, ``group``, ``kind``, ``end`` (one row per call of a
     participant). In each group, every file against the file with the most calls there."""
+    # A kernel whose kind only its name gave (no launch, no range: a cut call, or a trace without ranges)
+    # could be any call: it does not vote, or dense unnamed kernels would outvote chance.
     by_name = pl.col("by_name").fill_null(False) if "by_name" in calls.columns else pl.lit(False)
-    calls = calls.select("file", "group", "kind", "end", by_name=by_name).drop_nulls()
+    calls = calls.filter(~by_name).select("file", "group", "kind", "end", by_name=pl.lit(False)).drop_nulls()
     if calls.is_empty() or calls["file"].n_unique() < 2:
         return []
     counts = calls.group_by("group", "file").len().sort("len", "file", descending=[True, False])
@@ -123,11 +125,12 @@ def _chosen(pairs: pl.DataFrame) -> pl.DataFrame:
         votes = binned.group_by(*key, "bin").agg(votes=pl.col("call").n_unique())
         best.append(votes.with_columns(centre=pl.col("bin") * BIN_NS + BIN_NS // 2 - shift))
     votes = pl.concat(best).sort(
-        [*key, "votes", pl.col("centre").abs()], descending=[False, False, True, False]
+        [*key, "votes", pl.col("centre").abs(), "centre"], descending=[False, False, True, False, False]
     )
     winner = votes.group_by(key, maintain_order=True).first().select(*key, "centre")
     near = pairs.join(winner, on=key).with_columns(off=(pl.col("d") - pl.col("centre")).abs())
-    near = near.filter(pl.col("off") <= BIN_NS).sort("off").unique([*key, "call"], keep="first")
+    near = near.filter(pl.col("off") <= BIN_NS).sort("off", "d", "call").unique([*key, "call"], keep="first",
+                                                                                 maintain_order=True)
     return near.select(a="ref", b="file", at="ref_end", d="d")
 
 
