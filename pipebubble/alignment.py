@@ -91,7 +91,7 @@ def shift(part: FilePart, offset: int) -> FilePart:
         stages = replace(stages, work=frame(stages.work), host=frame(stages.host))
     comm = part.comm
     if comm is not None:
-        comm = replace(comm, **{k: frame(getattr(comm, k)) for k in _COMM_FRAMES if hasattr(comm, k)})
+        comm = replace(comm, calls=frame(comm.calls), p2p=frame(comm.p2p))
     gpu = part.gpu
     if gpu is not None:
         gpu = replace(gpu, rows=[replace(r, window_start_ns=r.window_start_ns - offset) for r in gpu.rows])
@@ -104,6 +104,3 @@ def shift(part: FilePart, offset: int) -> FilePart:
         segments=[replace(s, start_ns=s.start_ns - offset, end_ns=s.end_ns - offset) for s in part.segments],
     )
 
-
-#: The CommPart frames that hold times.
-_COMM_FRAMES = ("calls", "p2p")

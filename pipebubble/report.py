@@ -193,6 +193,10 @@ class CollectiveCall:
     last_pid: int | None = None  # the process that arrived last, where the trace names no ranks
 
 
+#: Fewer matched calls than this make a claim across ranks thin (``Support.thin``).
+THIN_CALLS = 3
+
+
 @dataclass(frozen=True)
 class Support:
     """How much evidence the claims across ranks rest on: ``calls`` matched over ``ranks`` participants;
@@ -206,7 +210,7 @@ class Support:
     thin: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "thin", self.calls < 3 or self.world is not None)
+        object.__setattr__(self, "thin", self.calls < THIN_CALLS or self.world is not None)
 
 
 @dataclass(frozen=True)

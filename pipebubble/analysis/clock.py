@@ -67,7 +67,6 @@ class FileClock:
     residual: int | None = None
     evidence: str | None = None
     support: int = 0
-    aligned: bool = True
     problem: str | None = None
 
 
@@ -77,7 +76,7 @@ def collective_edges(calls: pl.DataFrame) -> list[Edge]:
     # A kernel whose kind only its name gave (no launch, no range: a cut call, or a trace without ranges)
     # could be any call: it does not vote, or dense unnamed kernels would outvote chance.
     by_name = pl.col("by_name").fill_null(False) if "by_name" in calls.columns else pl.lit(False)
-    calls = calls.filter(~by_name).select("file", "group", "kind", "end", by_name=pl.lit(False)).drop_nulls()
+    calls = calls.filter(~by_name).select("file", "group", "kind", "end").drop_nulls()
     if calls.is_empty() or calls["file"].n_unique() < 2:
         return []
     counts = calls.group_by("group", "file").len().sort("len", "file", descending=[True, False])
@@ -105,14 +104,12 @@ def _candidates(voters: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
     """Every (reference call, other file's call of its kind) within ``MAX_OFFSET_NS`` of each other: ``d`` =
     other end − reference end. Joined on buckets of ``MAX_OFFSET_NS`` (the reference's and its two neighbours)."""
     bucket = pl.col("end") // MAX_OFFSET_NS
-    left = voters.select("group", "ref", "call", ref_kind="kind", ref_by_name="by_name", ref_end="end",
-                         bucket=bucket + pl.lit([-1, 0, 1])).explode("bucket")
-    right = others.select("group", "kind", "by_name", "file", "end", bucket=bucket)
-    pairs = left.join(right, on=["group", "bucket"]).with_columns(d=pl.col("end") - pl.col("ref_end"))
-    # A kernel whose kind only its name gave (its launch cut away) may be a call of any kind.
-    same = (pl.col("kind") == pl.col("ref_kind")) | pl.col("by_name") | pl.col("ref_by_name")
-    return pairs.filter(same & (pl.col("d").abs() <= MAX_OFFSET_NS)).select("group", "ref", "file", "call", "ref_end",
-                                                                             "d")
+    left = voters.select("group", "kind", "ref", "call", ref_end="end", bucket=bucket + pl.lit([-1, 0, 1])).explode(
+        "bucket"
+    )
+    right = others.select("group", "kind", "file", "end", bucket=bucket)
+    pairs = left.join(right, on=["group", "kind", "bucket"]).with_columns(d=pl.col("end") - pl.col("ref_end"))
+    return pairs.filter(pl.col("d").abs() <= MAX_OFFSET_NS).select("group", "ref", "file", "call", "ref_end", "d")
 
 
 def _chosen(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -238,7 +235,7 @@ def solve(edges: list[Edge], files: int, names: list[str] | None = None) -> tupl
             problems.append(f"{names[e.a]} and {names[e.b]}: {e.evidence} give {e.offset / 1e3:,.0f} µs, "
                             "the other evidence "
                             f"{(offsets[e.b] - offsets[e.a]) / 1e3:,.0f} µs")
-            bad |= {root(e.a)}
+            bad.add(root(e.a))
     clocks = _anchor(offsets, via, files, root)
     clocks = [FileClock(problem="contradiction") if root(f) in bad else c for f, c in enumerate(clocks)]
     return clocks, problems
@@ -324,30 +321,33 @@ def estimate(stages: list, comms: list, names: list[str] | None = None, gpu_lane
         group_of = stage_groups(parts, calls)
         group = pl.col("who").replace_strict(group_of, default=None, return_dtype=pl.Int64) if group_of else pl.lit(0)
         edges += collective_edges(calls.with_columns(group=group).filter(pl.col("group").is_not_null()))
-    work, facts = combine(parts)[1::2] if len(parts) >= 2 else (pl.DataFrame(), {})
-    edges += send_recv_edges(_kernel_pairs(comms, work, set(gpu_lanes or [])))
-    if work.height and not facts["inferred"] and "file" in work.columns:
-        edges += pass_edges(_passes(work, facts["pattern"]))
+    if len(parts) >= 2:
+        _, work, _, facts = combine(parts)
+        edges += send_recv_edges(_kernel_pairs(comms, work, gpu_lanes or []))
+        if work.height and not facts["inferred"]:
+            edges += pass_edges(_passes(work, facts["pattern"]))
     return solve(edges, files, names)
 
 
-def _kernel_pairs(comms: list, work: pl.DataFrame, gpu_lanes: set[str]) -> pl.DataFrame:
+def _kernel_pairs(comms: list, work: pl.DataFrame, gpu_lanes: list[str]) -> pl.DataFrame:
     """Sends paired with their recvs (``p2p.pair``, by order: no clock needed) where both are GPU kernels, with
     the files that hold them (``send_file``, ``recv_file``, ``send_end``, ``recv_end``)."""
     from pipebubble.analysis import p2p
 
     frames = [c.p2p.with_columns(file=pl.lit(f, pl.Int64)) for f, c in enumerate(comms)
-              if c is not None and getattr(c, "p2p", None) is not None and c.p2p.height]
-    ops = pl.concat(frames, how="vertical_relaxed").filter(pl.col("lane").is_in(list(gpu_lanes))) if frames else None
+              if c is not None and c.p2p.height]
+    ops = pl.concat(frames, how="vertical_relaxed").filter(pl.col("lane").is_in(gpu_lanes)) if frames else None
     if ops is None or ops.is_empty() or not work.height:
         return pl.DataFrame()
-    file_of = pl.col("send_who").replace_strict(dict(ops.select("who", "file").unique("who").iter_rows()),
-                                                default=None, return_dtype=pl.Int64)
-    recv_file = pl.col("recv_who").replace_strict(dict(ops.select("who", "file").unique("who").iter_rows()),
-                                                  default=None, return_dtype=pl.Int64)
+    file_of = dict(ops.select("who", "file").unique("who").iter_rows())
+
+    def file(who: str) -> pl.Expr:
+        return pl.col(who).replace_strict(file_of, default=None, return_dtype=pl.Int64)
+
     passes = work.filter((pl.col("role") == "compute") & pl.col("phase").is_not_null())
     pairs = p2p.pair(ops.drop("file"), p2p.stage_of(ops, work), passes)
-    return pairs.select(send_file=file_of, recv_file=recv_file, send_end="send_end", recv_end="recv_end")
+    return pairs.select(send_file=file("send_who"), recv_file=file("recv_who"), send_end="send_end",
+                        recv_end="recv_end")
 
 
 def _passes(work: pl.DataFrame, pattern: str | None) -> pl.DataFrame:

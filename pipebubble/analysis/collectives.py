@@ -23,7 +23,7 @@ import polars as pl
 
 from pipebubble.analysis.intervals import top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
-from pipebubble.report import CollectiveCall, CollectiveRank, Collectives, Support, Wait
+from pipebubble.report import THIN_CALLS, CollectiveCall, CollectiveRank, Collectives, Support, Wait
 from pipebubble.spans import COMM_NAMES
 
 CALL_COLUMNS = ["who", "rank", "lane", "kind", "seq", "start", "end", "by_name"]
@@ -44,12 +44,6 @@ def pid_of(who: int) -> int | None:
     """The process id of a participant without a rank (None: a rank)."""
     return -1 - who if who < 0 else None
 
-
-def named(who: int | None) -> str:
-    """How a participant is called in text: ``rank 3`` or ``process 144``."""
-    if who is None:
-        return "-"
-    return f"rank {who}" if who >= 0 else f"process {-1 - who}"
 #: (kind, regex) tried in order on a lower-cased range or kernel name; the first match names the kind.
 KINDS = (
     ("all_to_all", r"all_?to_?all"),
@@ -79,17 +73,25 @@ def kind_of(name: pl.Expr) -> pl.Expr:
     return expr
 
 
-def collective_part(spans: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
-    """Map: one file's collective calls (``CALL_COLUMNS``, plus its ``window`` rows: each participant's first
-    and last traced instant, kind null) and facts: point-to-point send/recv counts and ProfilerStep lengths."""
-    empty = pl.DataFrame(schema={c: t for c, t in _SCHEMA.items()})
-    if spans.is_empty():
-        return empty, {"p2p_send": 0, "p2p_recv": 0, "step_ns": []}
+def comm_ranges(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The file's communication ranges, each with its ``kind``: the outermost collective ranges, and the send
+    and receive ranges outside every one of them (point-to-point; those inside are a collective's own)."""
     ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"]))
     named = ranges.filter(pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(_NVTX))
     named = named.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null())
     groups = top_level(named.filter(~pl.col("kind").is_in(P2P)))
-    p2p = _outside(named.filter(pl.col("kind").is_in(P2P)), groups)
+    return groups, outside(named.filter(pl.col("kind").is_in(P2P)), groups)
+
+
+def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | None = None
+                    ) -> tuple[pl.DataFrame, dict]:
+    """Map: one file's collective calls (``CALL_COLUMNS``, plus its ``window`` rows: each participant's first
+    and last traced instant, kind null) and facts: point-to-point send/recv counts and ProfilerStep lengths.
+    ``ranges``: the file's ``comm_ranges``, when already found."""
+    empty = pl.DataFrame(schema={c: t for c, t in _SCHEMA.items()})
+    if spans.is_empty():
+        return empty, {"p2p_send": 0, "p2p_recv": 0, "step_ns": []}
+    groups, p2p = ranges if ranges is not None else comm_ranges(spans)
     counts = _p2p_counts(p2p)
     ranges = pl.concat([groups, p2p])
     gpu = _gpu_calls(spans, ranges)
@@ -128,7 +130,7 @@ def _p2p_counts(p2p: pl.DataFrame) -> dict[str, int]:
     return dict(per_lane.group_by("kind").agg(pl.col("len").sum()).iter_rows())
 
 
-def _outside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
+def outside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
     """The spans of ``inner`` that start outside every span of ``outer`` (disjoint, per lane)."""
     if inner.is_empty() or outer.is_empty():
         return inner
@@ -266,10 +268,6 @@ def _reasons(real: pl.DataFrame, alone: pl.DataFrame, matched: pl.Series,
 _MATCHED = pl.DataFrame(schema={"group": pl.Int64, "kind": pl.String, "call": pl.Int64, "seq": pl.Int64,
                                 "who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "start": pl.Int64,
                                 "end": pl.Int64, "last": pl.Int64, "last_who": pl.Int64, "wait": pl.Int64})
-
-#: Fewer matched calls than this make a claim across ranks thin (said next to it).
-THIN_CALLS = 3
-
 
 def summarize(matched: pl.DataFrame, left_out: dict[str, int] | None = None, worst: int = 10,
               world: int | None = None) -> Collectives | None:

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.collectives import _NVTX, P2P, _outside, kind_of
+from pipebubble.analysis.collectives import P2P, comm_ranges
 from pipebubble.analysis.intervals import top_level
 from pipebubble.analysis.labels import labels
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
-from pipebubble.spans import COMM_NAMES, owner
+from pipebubble.spans import owner
 
 SCHEMA = {"who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "direction": pl.String, "peer": pl.Int64,
           "seq": pl.Int64, "start": pl.Int64, "end": pl.Int64, "bytes": pl.Int64, "tag": pl.Int64,
@@ -49,17 +49,12 @@ def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def p2p_part(spans: pl.DataFrame) -> pl.DataFrame:
-    """Map: one row per point-to-point operation of the file (``SCHEMA``); no rows without any."""
+def p2p_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
+    """Map: one row per point-to-point operation of the file (``SCHEMA``); no rows without any. ``ranges``:
+    the file's ``collectives.comm_ranges``, when already found (the send and receive ranges are its second)."""
     if spans.is_empty():
         return empty()
-    ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"]))
-    named = ranges.filter(pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(_NVTX))
-    named = named.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null())
-    if named.is_empty():
-        return empty()
-    groups = top_level(named.filter(~pl.col("kind").is_in(P2P)))
-    p2p = _outside(named.filter(pl.col("kind").is_in(P2P)), groups)
+    _, p2p = ranges if ranges is not None else comm_ranges(spans)
     if p2p.is_empty():
         return empty()
     ops = _operations(p2p)

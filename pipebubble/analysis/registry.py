@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart, gpu_part
-from pipebubble.analysis.collectives import collective_part
+from pipebubble.analysis.collectives import collective_part, comm_ranges
 from pipebubble.analysis.interference import interference
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
@@ -52,8 +52,9 @@ def serving_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> tu
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
     """The file's collective calls per participant, its send/recv counts (``collectives``) and its
     point-to-point operations (``p2p``); no rows without communication."""
-    calls, facts = collective_part(spans)
-    return CommPart(calls, facts, p2p_part(spans))
+    ranges = comm_ranges(spans)  # read once for both: a regex over every CPU range of the file
+    calls, facts = collective_part(spans, ranges)
+    return CommPart(calls, facts, p2p_part(spans, ranges))
 
 
 def breakdown_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> GpuPart:

@@ -4,7 +4,7 @@ table and the worst calls. Only formatting: every number is read from ``Report.c
 from __future__ import annotations
 
 from pipebubble.render.cells import Table, num, time
-from pipebubble.report import CollectiveRank, Report
+from pipebubble.report import THIN_CALLS, CollectiveRank, Report
 
 TOP_CALLS = 10
 MATCHED_BY = {"seq": "process group and sequence number", "order": "call order", "end": "their kernels' ends"}
@@ -35,7 +35,7 @@ def facts(report: Report, unit: str = "ms") -> list[str]:
         lines.append(straggler(c.straggler, c.ranks, unit, c.straggler_pid))
     s = c.support
     if s is not None and s.thin:
-        words = ([f"only {s.calls} matched call{'s' * (s.calls != 1)}"] if s.calls < 3 else []) + (
+        words = ([f"only {s.calls} matched call{'s' * (s.calls != 1)}"] if s.calls < THIN_CALLS else []) + (
             [f"{s.ranks:,} of the job's {s.world:,} ranks traced"] if s.world is not None else [])
         lines.append("evidence across ranks is thin: " + ", ".join(words))
     return lines

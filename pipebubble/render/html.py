@@ -86,7 +86,7 @@ def _segment(seg: Segment, origin: int) -> tuple[str, str]:
 
 def _wait(w: Wait, origin: int) -> str:
     """A wait's tooltip: how long and where, its cause in words, the peer it waited for, the passes around it."""
-    where = f"s{w.stage}" if w.stage is not None else sections.wait_where(w)
+    where = sections.wait_where(w)
     peer = sections.wait_peer(w)
     return (f"{where}: {w.cause} wait, {sections.ms(w.dur_ns)} ms at {sections.ms(w.start_ns - origin)} ms"
             f" — {sections.CAUSES.get(w.cause, w.cause)}" + (f"; waited for {peer}" if peer else "")
