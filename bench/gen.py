@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 HEADER = """{
@@ -54,29 +55,39 @@ KERNELS = [
 OPS = ["mm", "add", "relu", "linear", "addmm", "copy_", "view", "empty"]
 
 
-def generate(path: Path, events: int, rank: int = 0, world: int = 1, seed: int = 0) -> Path:
-    """Write a trace of about ``events`` events (5 per launched kernel, as real traces have)."""
+def _compact(template: str) -> str:
+    """``template`` on one line without the whitespace between tokens (what compact Chrome-trace writers
+    emit); whitespace inside strings is kept."""
+    return re.sub(r'("(?:[^"\\]|\\.)*")|\s+', lambda m: m.group(1) or "", template)
+
+
+def generate(path: Path, events: int, rank: int = 0, world: int = 1, seed: int = 0, compact: bool = False) -> Path:
+    """Write a trace of about ``events`` events (5 per launched kernel, as real traces have): torch's
+    multi-line layout, or with ``compact`` all on one line with no whitespace between tokens."""
     rnd = random.Random(seed)
+    header, cpu_op, runtime, kernel = (
+        (_compact(t) for t in (HEADER, CPU_OP, RUNTIME, KERNEL)) if compact else (HEADER, CPU_OP, RUNTIME, KERNEL)
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     cpu_t, gpu_t = 1000.0, 1010.0
     with open(path, "w") as out:
-        out.write(HEADER % (rank, world))
+        out.write(header % (rank, world))
         for i in range(events // 5):
             dur = rnd.uniform(2.0, 40.0)
-            out.write(CPU_OP % (rnd.choice(OPS), cpu_t, 12.5, i, i, i))
-            out.write(RUNTIME % (cpu_t + 2, 6.25, i, i, i, cpu_t + 2))
+            out.write(cpu_op % (rnd.choice(OPS), cpu_t, 12.5, i, i, i))
+            out.write(runtime % (cpu_t + 2, 6.25, i, i, i, cpu_t + 2))
             gpu_t = max(gpu_t + rnd.uniform(0.0, 5.0), cpu_t + 5)
             stream = 7 if i % 7 else 20
-            out.write(KERNEL % (rnd.choice(KERNELS), stream, gpu_t, dur, i, stream, i, i, stream, gpu_t))
+            out.write(kernel % (rnd.choice(KERNELS), stream, gpu_t, dur, i, stream, i, i, stream, gpu_t))
             gpu_t += dur
             cpu_t += 14.0
-        out.write('  {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": %.3f}\n'
-                  % cpu_t)
-        out.write("],\n  \"traceName\": \"synthetic\"\n}\n")
+        end = '  {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": %.3f}\n'
+        out.write((_compact(end) if compact else end) % cpu_t)
+        out.write('],"traceName":"synthetic"}\n' if compact else '],\n  "traceName": "synthetic"\n}\n')
     return path
 
 
 if __name__ == "__main__":
     import sys
 
-    generate(Path(sys.argv[1]), int(sys.argv[2]))
+    generate(Path(sys.argv[1]), int(sys.argv[2]), compact="--compact" in sys.argv[3:])

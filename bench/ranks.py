@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import ranks_folder  # noqa: E402
-from tree import paired  # noqa: E402
+from tree import folder_against_json_load  # noqa: E402
 
 
 def main() -> None:
@@ -30,24 +29,17 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3, help="A/B pairs per count (median quoted)")
     args = parser.parse_args()
-    py = sys.executable
     per_rank = {}
     print(f"{os.cpu_count()} cores; {args.events:,} events per rank")
     print(f"{'ranks':>6} {'MB':>8} {'json.load s':>12} {'analyze s':>10} {'ratio (range)':>16} {'ms/rank':>8} "
-          f"{'cpu s':>7} {'tree RSS MB':>12} {'left':>5}")
+          f"{'cpu s':>7} {'tree anon MB':>12} {'left':>5}")
     for n in args.ranks:
         data = ranks_folder(n, args.events)
-        files = sorted(str(p) for p in data.glob("rank*.json"))
-        mb = sum(os.path.getsize(f) for f in files) / 1e6
-        with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache}
-            load = "import json, sys\nfor f in sys.argv[1:]:\n    json.load(open(f))"
-            analyze = [py, "-m", "pipebubble", "analyze", str(data), "--format", "json", "--no-cache", "-q"]
-            pair = paired(analyze, [py, "-c", load, *files], env, args.repeat)
+        pair, mb = folder_against_json_load(data, args.repeat)
         mine, base = pair.a, pair.b
         per_rank[n] = mine.wall_s / n
         print(f"{n:>6} {mb:>8.1f} {base.wall_s:>12.2f} {mine.wall_s:>10.2f} {pair.text():>16} "
-              f"{1000 * per_rank[n]:>8.1f} {mine.cpu_s:>7.1f} {mine.peak_tree_rss / 1e6:>12.0f} {mine.leftover:>5}")
+              f"{1000 * per_rank[n]:>8.1f} {mine.cpu_s:>7.1f} {mine.peak_tree_anon / 1e6:>12.0f} {mine.leftover:>5}")
     if 64 in per_rank and len(per_rank) > 1:
         top = max(per_rank)
         print(f"cost per rank at {top} ranks / at 64 = {per_rank[top] / per_rank[64]:.2f} (target <= 1.5)")

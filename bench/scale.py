@@ -1,12 +1,16 @@
-"""Scaling: wall time over 1, 2 and all cores for many rank traces, and peak RSS against trace size.
+"""Scaling: wall time over 1, 2 and all cores for many rank traces, and peak memory against trace size.
 
-    python bench/scale.py [--ranks 64] [--events-per-rank 100000] [--big-events 6000000]
+    python bench/scale.py [--ranks 64] [--events-per-rank 30000] [--big-events 12700000 52000000]
+                          [--layout compact|multiline] [--baseline-below 4e9]
 
 Part 1 generates ``--ranks`` Kineto-like rank traces and times ``pipebubble analyze --no-cache`` on the folder
 with ``--workers 1``, ``2`` and all cores (fresh processes; speed-up = 1-core time / N-core time).
-Part 2 times big generated traces, with spans in memory and spilled to Parquet (what a trace over
-``PIPEBUBBLE_SPILL_BYTES`` gets), and prints the driver's peak RSS: spilled, it should not grow with the
-trace. Figures vary with the machine; compare ratios.
+Part 2 analyses big generated traces (compact one-line JSON by default: 12.7M events is about 2.4 GB,
+52M about 10 GB) with the default memory budget, which spills them to Parquet and reads them back in
+windows, and prints the peak anonymous memory (RssAnon: the heap, not the page cache's mapped file) of the
+whole process tree, sampled while it runs, and its wall time against a bare ``json.load`` of the same file
+(A/B, for files under ``--baseline-below`` bytes: json.load needs several times a file's size in memory).
+Figures vary with the machine; compare ratios. Targets: 2.4 GB <= 1 GB of anonymous memory, 10 GB <= 1.5 GB.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen import generate  # noqa: E402
-from tree import run  # noqa: E402
+from tree import paired, run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,40 +37,49 @@ def ranks_folder(ranks: int, events: int) -> Path:
     return folder
 
 
-def analyze(target: Path, workers: int, cache: str, spill: bool = False) -> tuple[float, int]:
-    cmd = [sys.executable, "-m", "pipebubble", "analyze", str(target), "--format", "json", "--no-cache", "-q",
-           "--workers", str(workers)]
-    env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache, "PIPEBUBBLE_SPILL_BYTES": "1" if spill else str(10**15)}
-    measured = run(cmd, env)
-    return measured.wall_s, measured.peak_tree_rss
+def analyze(target: Path, workers: int, cache: str) -> list[str]:
+    return [sys.executable, "-m", "pipebubble", "analyze", str(target), "--format", "json", "--no-cache", "-q",
+            "--workers", str(workers)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--events-per-rank", type=int, default=30_000)
-    parser.add_argument("--big-events", type=int, nargs="+", default=[6_000_000, 12_000_000])
+    parser.add_argument("--big-events", type=int, nargs="*", default=[12_700_000, 52_000_000])
+    parser.add_argument("--layout", choices=["compact", "multiline"], default="compact")
+    parser.add_argument("--baseline-below", type=float, default=4e9, help="bytes: json.load only of smaller files")
+    parser.add_argument("--big-only", action="store_true", help="skip part 1")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    folder = ranks_folder(args.ranks, args.events_per_rank)
-    size = sum(p.stat().st_size for p in folder.iterdir())
     with tempfile.TemporaryDirectory() as cache:
-        times = {n: analyze(folder, n, cache) for n in sorted({1, 2, cores})}
-        print(f"{args.ranks} rank traces, {size / 1e6:,.0f} MB in all, {cores} cores")
-        for n, (seconds, rss) in times.items():
-            print(f"  workers={n:<3} {seconds:6.2f} s  {size / 1e6 / seconds:7.1f} MB/s  speed-up "
-                  f"{times[1][0] / seconds:4.2f}x  peak RSS (driver) {rss / 1e6:,.0f} MB")
+        env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache}
+        if not args.big_only:
+            folder = ranks_folder(args.ranks, args.events_per_rank)
+            size = sum(p.stat().st_size for p in folder.iterdir())
+            times = {n: run(analyze(folder, n, cache), env) for n in sorted({1, 2, cores})}
+            print(f"{args.ranks} rank traces, {size / 1e6:,.0f} MB in all, {cores} cores")
+            for n, m in times.items():
+                print(f"  workers={n:<3} {m.wall_s:6.2f} s  {size / 1e6 / m.wall_s:7.1f} MB/s  speed-up "
+                      f"{times[1].wall_s / m.wall_s:4.2f}x  peak anonymous memory (tree) "
+                      f"{m.peak_tree_anon / 1e6:,.0f} MB")
         for events in args.big_events:
-            big = HERE / "_data" / f"kineto_{events}.json"
+            big = HERE / "_data" / f"kineto_{events}_{args.layout}.json"
             if not big.exists():
                 print(f"generating {big} ...", flush=True)
-                generate(big, events)
+                generate(big, events, compact=args.layout == "compact")
             size = big.stat().st_size
-            for spill in (False, True):
-                seconds, rss = analyze(big, cores, cache, spill)
-                how = "spilled to Parquet" if spill else "in memory        "
-                print(f"one {size / 1e9:.2f} GB trace, {how}: {seconds:6.2f} s, driver peak RSS {rss / 1e9:.2f} GB "
-                      f"= {rss / size:.2f}x the file")
+            cmd = analyze(big, cores, cache)
+            if size < args.baseline_below:
+                load = [sys.executable, "-c", f"import json; json.load(open({str(big)!r}))"]
+                pair = paired(cmd, load, env, repeat=1)
+                mine, ratio = pair.a, f"{pair.text()} x json.load ({pair.b.wall_s:.1f} s)"
+            else:
+                mine, ratio = run(cmd, env), "json.load not run (too big for this machine's memory)"
+            print(f"one {size / 1e9:.2f} GB trace ({args.layout}): {mine.wall_s:6.1f} s = {ratio}; peak anonymous "
+                  f"memory (tree) {mine.peak_tree_anon / 1e9:.2f} GB = {mine.peak_tree_anon / size:.2f}x the file "
+                  f"(resident {mine.peak_tree_rss / 1e9:.2f} GB)", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,13 @@ class Measured:
     wall_s: float
     cpu_s: float
     peak_tree_rss: int  # bytes: the largest sum of RSS over the process group seen while it ran (sampled)
+    peak_tree_anon: int  # bytes: the same of anonymous memory (RssAnon: the heap, not the page cache's mapped files)
     leftover: int  # processes still in the group when the command exited
 
 
-def _group_rss(pgid: int) -> tuple[int, int]:
-    total, count = 0, 0
+def _group_rss(pgid: int) -> tuple[int, int, int]:
+    """The summed RSS and RssAnon (bytes) of the processes of group ``pgid``, and how many there are."""
+    total, anon, count = 0, 0, 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -29,25 +31,28 @@ def _group_rss(pgid: int) -> tuple[int, int]:
                 fields = f.read().rsplit(")", 1)[1].split()
             if int(fields[2]) != pgid:  # field 5 of stat: the process group
                 continue
-            with open(f"/proc/{entry}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{entry}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            total += int(status["VmRSS"].split()[0]) * 1024
+            anon += int(status["RssAnon"].split()[0]) * 1024
             count += 1
-        except (OSError, IndexError, ValueError):
+        except (OSError, IndexError, ValueError, KeyError):
             continue
-    return total, count
+    return total, anon, count
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> Measured:
     """``cmd`` in its own process group, sampled every ``interval`` seconds."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
-    peak = 0
+    peak = peak_anon = 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_anon
         while not done.is_set():
-            peak = max(peak, _group_rss(proc.pid)[0])
+            rss, anon, _ = _group_rss(proc.pid)
+            peak, peak_anon = max(peak, rss), max(peak_anon, anon)
             time.sleep(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -56,7 +61,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.0
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
-    leftover = _group_rss(proc.pid)[1]
+    leftover = _group_rss(proc.pid)[2]
     if leftover:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -65,7 +70,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     # Sampled only: the child's ru_maxrss starts from this process's own size (it is kept across fork and exec).
-    return Measured(wall, usage.ru_utime + usage.ru_stime, peak, leftover)
+    return Measured(wall, usage.ru_utime + usage.ru_stime, peak, peak_anon, leftover)
 
 
 @dataclass(frozen=True)
@@ -93,3 +98,18 @@ def paired(a: list[str], b: list[str], env: dict[str, str] | None = None, repeat
         return sorted((r[side] for r in runs), key=lambda m: m.wall_s)[len(runs) // 2]
 
     return Paired(median(0), median(1), ratios[len(ratios) // 2], ratios[0], ratios[-1])
+
+
+def folder_against_json_load(folder, repeat: int = 3) -> tuple[Paired, float]:
+    """``pipebubble analyze FOLDER --format json --no-cache -q`` against a bare ``json.load`` of each of its
+    ``rank*.json`` files (one process, one after another), in a fresh cache: the pair and the files' MB."""
+    import sys
+    import tempfile
+
+    files = sorted(str(p) for p in folder.glob("rank*.json"))
+    mb = sum(os.path.getsize(f) for f in files) / 1e6
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache}
+        load = "import json, sys\nfor f in sys.argv[1:]:\n    json.load(open(f))"
+        analyze = [sys.executable, "-m", "pipebubble", "analyze", str(folder), "--format", "json", "--no-cache", "-q"]
+        return paired(analyze, [sys.executable, "-c", load, *files], env, repeat), mb

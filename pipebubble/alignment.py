@@ -29,7 +29,7 @@ def aligned(parts: list[FilePart], options: Options) -> tuple[list[FilePart], li
     from pipebubble.analysis import clock
 
     names = [_who(p) for p in parts]
-    gpus = [lane for p in parts for lane, kind in p.lanes.select("lane", "kind").iter_rows() if kind == "gpu"]
+    gpus = [lane for p in parts for lane, kind in zip(p.lanes["lane"], p.lanes["kind"], strict=True) if kind == "gpu"]
     found, problems = clock.estimate([p.stages for p in parts], [p.comm for p in parts], names, gpus)
     offsets = [
         ClockOffset(p.file.source, _rank(p), c.offset, c.residual, c.evidence, c.support,

@@ -20,9 +20,18 @@ import polars as pl
 
 from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import GpuPart
+from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
-from pipebubble.analysis.registry import breakdown_part, comm_part, lanes_part, serving_part, stages_part
+from pipebubble.analysis.registry import (
+    breakdown_part,
+    comm_part,
+    lanes_part,
+    serving_part,
+    serving_ranks,
+    stages_part,
+    stages_parts,
+)
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
@@ -50,11 +59,17 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     return _part(result, options, lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options))
 
 
-def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommPart, gpu: GpuPart) -> FilePart:
-    """The file's part, its lanes, collectives and breakdown given: its stages and serving steps added."""
+#: Not computed yet: ``_part`` computes it from the file's spans.
+_ALONE = object()
+
+
+def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommPart, gpu: GpuPart,
+          stages=_ALONE, serving=_ALONE) -> FilePart:
+    """The file's part, its lanes, collectives and breakdown given: its stages and serving steps added (those
+    not given computed from its spans)."""
     spans = result.spans
-    part = stages_part(spans, options, result.meta)
-    serving, segments = serving_part(spans, options, result.meta)
+    part = stages_part(spans, options, result.meta) if stages is _ALONE else stages
+    steps, segments = serving_part(spans, options, result.meta) if serving is _ALONE else serving
     account = FileResult(
         result.source,
         spans.clear(),
@@ -64,37 +79,55 @@ def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommP
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(account, lanes, part, serving, segments, comm, gpu)
+    return FilePart(account, lanes, part, steps, segments, comm, gpu)
 
 
 def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
     """Map several files already read, each file's part as ``map_spans`` makes it. Files of one rank each,
-    no two of the same rank, have their lanes, collectives and breakdown computed once over all their
-    spans (those group by lane and by rank, so each file's rows are what it gives alone) and split by
+    no two of the same rank, have their lanes, collectives, breakdown and stage part computed once over all
+    their spans (those group by lane and by rank, so each file's rows are what it gives alone) and split by
     rank; the job-wide sums (kernel and host summaries, point-to-point counts, step lengths) go with the
-    first of them. Other files (spilled, rankless, a rank twice, a lane name another file has too) are
-    mapped alone."""
+    first of them. Their serving steps are looked for only in the files that show a sign of an engine.
+    Other files (spilled, rankless, a rank twice, a lane name another file has too) are mapped alone."""
     ranks = [_only_rank(r) for r in results]
     counts = Counter(ranks)
-    lanes_of = {k: set(results[k].spans["lane"].unique()) for k, rank in enumerate(ranks) if rank is not None}
-    seen = Counter(lane for lanes in lanes_of.values() for lane in lanes)
-    together = [
-        k for k, lanes in lanes_of.items() if counts[ranks[k]] == 1 and all(seen[lane] == 1 for lane in lanes)
-    ]
+    together = [k for k, rank in enumerate(ranks) if rank is not None and counts[rank] == 1]
     parts: list[FilePart | None] = [None] * len(results)
     if len(together) > 1:
         spans = pl.concat([results[k].spans for k in together], how="vertical")
+        shared = _sharing_lanes(spans)
+        if shared:
+            together = [k for k in together if ranks[k] not in shared]
+            spans = spans.filter(~pl.col("rank").is_in(list(shared)))
+    if len(together) > 1:
         lanes, comm, gpu = lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options)
+        stages = stages_parts(spans, options, {ranks[k]: results[k].meta for k in together})
+        engines = serving_ranks(spans, options)
+        lane_rows, calls, p2p = _by(lanes, "rank"), _by(comm.calls, "who"), _by(comm.p2p, "who")
         for n, k in enumerate(together):
             rank, first = ranks[k], n == 0
-            calls = comm.calls.filter(pl.col("who") == rank)
             parts[k] = _part(
-                results[k], options, lanes.filter(pl.col("rank") == rank),
-                CommPart(calls, comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []},
-                         comm.p2p.filter(pl.col("who") == rank)),
-                _gpu_share(gpu, rank, first),
+                results[k], options, lane_rows.get(rank, lanes.clear()),
+                CommPart(calls.get(rank, comm.calls.clear()),
+                         comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []},
+                         p2p.get(rank, comm.p2p.clear())),
+                _gpu_share(gpu, rank, first), stages.get(rank, _ALONE),
+                _ALONE if engines is None or rank in engines else (None, []),
             )
     return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
+
+
+def _sharing_lanes(spans: pl.DataFrame) -> set[int]:
+    """The ranks with a lane name another rank has too (lane names that do not carry the rank would merge)."""
+    ranks = spans.lazy().group_by("lane").agg(pl.col("rank").unique()).filter(pl.col("rank").list.len() > 1)
+    return set(ranks.select(pl.col("rank").explode()).collect(engine=ENGINE)["rank"].to_list())
+
+
+def _by(frame: pl.DataFrame, column: str) -> dict:
+    """``frame``'s rows by the value of ``column``, in their order (one pass, not a filter per value)."""
+    if column not in frame.columns:
+        return {}
+    return {rows[column][0]: rows for rows in frame.partition_by(column, maintain_order=True)}
 
 
 def _only_rank(result: FileResult) -> int | None:
@@ -102,8 +135,7 @@ def _only_rank(result: FileResult) -> int | None:
     spans = result.spans
     if result.meta.get("spill") or not spans.height or spans["rank"].null_count():
         return None
-    ranks = spans["rank"].unique()
-    return int(ranks[0]) if ranks.len() == 1 else None
+    return int(spans["rank"][0]) if spans["rank"].n_unique() == 1 else None
 
 
 def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
@@ -116,45 +148,44 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
-    """A span table too big for memory, in Parquet files. Its stage work and serving steps need the table
-    whole, so it is read whole when it must hold them: when the file is one of several ranks, or when its
-    annotations carry engine step labels (its lanes are then computed from it, as from any table in memory).
-    Otherwise only the breakdown's spans are read, and the lanes are computed in time windows on a thread
-    of their own meanwhile (each query alone leaves cores idle)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """A span table too big for memory, in Parquet files. Its lanes and GPU breakdown are computed in time
+    windows of the memory budget's size (``budget.rows_per_window``), first. Its stage work, collectives and
+    serving steps need the table whole, so it is read whole (after those) only when it may hold them: when
+    the file is one of several ranks, or when its annotations carry engine step labels."""
+    from pipebubble import budget
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.stage_part import one_stage
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)
-    if not (options.files == 1 and one_stage(scan) and steps is None):
-        whole = map_spans(replace(result, spans=scan.collect(), meta={**result.meta, "spill": None}), options)
-        return replace(whole, file=replace(whole.file, meta=result.meta))
-    with ThreadPoolExecutor(1) as thread:
-        lanes = thread.submit(lane_table_windowed, scan)
-        needed = scan.filter(_BREAKDOWN_SPANS).with_columns(
-            pl.lit(None).cast(t).alias(c) for c, t in _UNUSED.items()
-        )
-        gpu = breakdown_part(needed.collect(), options)
-        return FilePart(replace(result, spans=labels.clear()), lanes.result(), None, None, [], None, gpu)
+    rows = budget.rows_per_window()
+    lanes = lane_table_windowed(scan, rows)
+    gpu = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows)
+    if options.files == 1 and one_stage(scan) and steps is None:
+        return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
+    del labels
+    spans = scan.collect()
+    part = _part(replace(result, spans=spans, meta={**result.meta, "spill": None}), options, lanes,
+                 comm_part(spans, options), gpu)
+    return replace(part, file=replace(part.file, meta=result.meta))
 
 
-#: The spans the breakdown reads (GPU work, launches, syncs, ranges, steps, and the communication operators
-#: a launching thread may wait in): a spilled trace's other operators, most of its rows, stay on disk.
-_BREAKDOWN_SPANS = (
-    pl.col("device").is_not_null()
-    | pl.col("kind").is_in(["runtime", "sync", "annotation", "step", "comm"])
-    | ((pl.col("kind") == "cpu_op") & pl.col("name").str.starts_with("c10d::"))
-    | (pl.col("name") == "record_param_comms")
-)
+def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows: int) -> GpuPart:
+    """The GPU breakdown of the spilled table ``scan``, its narrow copies written to a private scratch folder
+    beside its spill folder (removed after, or by the next read if this one dies)."""
+    from pipebubble.analysis.breakdown.windows import gpu_part_windowed, narrow
+    from pipebubble.ingest.cache import discard, new_spill
 
-
-#: Columns the breakdown never reads: left null when a spilled table is read back for it.
-_UNUSED = {"source": pl.String, "tid": pl.Int64, "stream": pl.Int64, "external_id": pl.Int64, "stage": pl.Int32,
-           "microbatch": pl.Int32,
-           "phase": pl.String}
+    scratch = new_spill(spill.parent.parent, None)
+    try:
+        tables = []
+        for name, query in zip(("ops", "launches"), narrow(scan), strict=True):
+            query.sink_parquet(scratch / f"{name}.parquet")
+            tables.append(pl.scan_parquet(scratch / f"{name}.parquet"))
+        return gpu_part_windowed(scan, *tables, options.serving.step_regex, options.files == 1, rows)
+    finally:
+        discard(scratch)
 
 
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:

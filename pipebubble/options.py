@@ -110,6 +110,7 @@ class Scale:
     workers: int | None = None  # processes (or Ray CPUs); None: all cores
     ray_address: str | None = None
     use_cache: bool = True
+    memory_budget: int | None = None  # bytes (None: PIPEBUBBLE_MEMORY_BUDGET, else budget.py's default)
 
 
 def merge(config: dict[str, Any], **flags: Any) -> dict[str, Any]:

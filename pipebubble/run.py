@@ -29,6 +29,13 @@ OnFile = Callable[[str], None]
 def run(paths: list[Path], options: Options = Options(), scale: Scale = Scale(), on_file: OnFile | None = None
         ) -> Report:
     """The report of the traces under ``paths`` (or of one saved JSON report)."""
+    from pipebubble import budget
+
+    with budget.used(scale.memory_budget):
+        return _run(paths, options, scale, on_file)
+
+
+def _run(paths: list[Path], options: Options, scale: Scale, on_file: OnFile | None) -> Report:
     from pipebubble.ingest import cache, find_traces
 
     if len(paths) == 1 and is_saved_report(paths[0]):
@@ -74,9 +81,11 @@ def with_spans(
 ) -> tuple[Report, pl.DataFrame]:
     """The report and every span under ``paths`` on the clock the report's times use, from one read (the
     export draws both)."""
+    from pipebubble import budget
     from pipebubble.ingest import load
 
-    ingested = load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file)
+    with budget.used(scale.memory_budget):
+        ingested = load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file)
     report = of_results(ingested.files, options)
     return report, on_job_clock(ingested.spans, report)
 

@@ -147,11 +147,21 @@ def _times(acts: pl.DataFrame, row: str, rows: int, mbs: list[int]) -> whatif.St
     per = per_step.group_by(cell).agg(pl.col("compute", "setup").mean().round().cast(pl.Int64)).join(
         acts.group_by(cell).agg(pl.col("hop").mean().round().cast(pl.Int64)), on=cell
     )
-    cells = {(r[row], r["phase"], r["microbatch"]): r for r in per.iter_rows(named=True)}
+    # Every (phase, row, micro-batch) cell in grid order, null where nothing was measured: one join, then
+    # each grid is a slice of a column cut into rows.
+    every = (
+        pl.DataFrame({"phase": list("FBW"), "_p": [0, 1, 2]})
+        .join(pl.DataFrame({row: range(rows)}, schema={row: per.schema[row]}), how="cross")
+        .join(pl.DataFrame({"microbatch": mbs}, schema={"microbatch": per.schema["microbatch"]}), how="cross")
+    )
+    cells = every.join(per, on=cell, how="left").sort("_p", row, "microbatch")
+    size, m = rows * len(mbs), len(mbs)
 
     def grid(phase: str, column: str, fill: int | None = None) -> whatif.Grid:
-        out = tuple(tuple((cells.get((s, phase, j)) or {}).get(column) for j in mbs) for s in range(rows))
-        return out if fill is None else tuple(tuple(fill if v is None else v for v in r) for r in out)
+        values = cells[column].slice("FBW".index(phase) * size, size).to_list()
+        if fill is not None:
+            values = [fill if v is None else v for v in values]
+        return tuple(tuple(values[r * m:(r + 1) * m]) for r in range(rows))
 
     forward, backward, weight = (grid(ph, "compute") for ph in "FBW")
     if any(v is None for r in forward + backward for v in r):

@@ -308,12 +308,12 @@ def estimate(stages: list, comms: list, names: list[str] | None = None, gpu_lane
     ``CommPart`` (or None); ``gpu_lanes`` the job's GPU lanes (sends and receives on them are kernels, which
     end together; a CPU send returns when it is queued)."""
     from pipebubble.analysis.job import stage_groups
-    from pipebubble.analysis.pipeline_report import combine
+    from pipebubble.analysis.pipeline_report import combine, tagged
 
     files = len(comms)
-    frames = [c.calls.with_columns(file=pl.lit(f, pl.Int64)) for f, c in enumerate(comms) if c is not None]
+    frames = [tagged(c.calls, "file", f) for f, c in enumerate(comms) if c is not None]
     calls = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
-    parts = [replace(s, work=s.work.with_columns(file=pl.lit(f, pl.Int64))) for f, s in enumerate(stages)
+    parts = [replace(s, work=tagged(s.work, "file", f)) for f, s in enumerate(stages)
              if s is not None and not s.facts.get("no_evidence") and s.work.height]
     edges: list[Edge] = []
     if calls.height:
@@ -333,8 +333,9 @@ def _kernel_pairs(comms: list, work: pl.DataFrame, gpu_lanes: list[str]) -> pl.D
     """Sends paired with their recvs (``p2p.pair``, by order: no clock needed) where both are GPU kernels, with
     the files that hold them (``send_file``, ``recv_file``, ``send_end``, ``recv_end``)."""
     from pipebubble.analysis import p2p
+    from pipebubble.analysis.pipeline_report import tagged
 
-    frames = [c.p2p.with_columns(file=pl.lit(f, pl.Int64)) for f, c in enumerate(comms)
+    frames = [tagged(c.p2p, "file", f) for f, c in enumerate(comms)
               if c is not None and c.p2p.height]
     ops = pl.concat(frames, how="vertical_relaxed").filter(pl.col("lane").is_in(gpu_lanes)) if frames else None
     if ops is None or ops.is_empty() or not work.height:

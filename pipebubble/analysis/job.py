@@ -10,7 +10,7 @@ import polars as pl
 from pipebubble.analysis import collectives as coll
 from pipebubble.analysis import p2p as pp
 from pipebubble.analysis.evidence import one_rank, some_ranks
-from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages
+from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages, stacked
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.options import PipelineOptions
 from pipebubble.report import Collectives, Wait
@@ -90,13 +90,15 @@ def stage_groups(parts: list[StagePart], calls: pl.DataFrame) -> dict[int, int]:
     """Participant -> stage position (by stage name: ``pp1`` of every data-parallel replica is one group),
     through the lanes the stages' work ran on, over every file's part (replicas left out of the pipeline
     analysed included: they are the stages' collective peers)."""
+    if calls.is_empty() or not parts:
+        return {}
+    pairs = stacked([p.work for p in parts]).select("stage", "lane", "part").unique()
     rows = [
-        (lane, part.names[stage])
-        for part in parts
-        for stage, lane in part.work.select("stage", "lane").unique().iter_rows()
-        if stage is not None and stage < len(part.names)
+        (lane, parts[k].names[stage])
+        for stage, lane, k in pairs.iter_rows()
+        if stage is not None and stage < len(parts[k].names)
     ]
-    if calls.is_empty() or not rows:
+    if not rows:
         return {}
     lanes = pl.DataFrame(rows, schema={"lane": pl.String, "name": pl.String}, orient="row").unique()
     joined = calls.filter(pl.col("lane").is_not_null()).join(lanes, on="lane")

@@ -32,7 +32,7 @@ import re
 
 import polars as pl
 
-from pipebubble.analysis.intervals import top_level
+from pipebubble.analysis.intervals import ENGINE, top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.options import check_regex
 from pipebubble.spans import CPU_WORK, GPU_WORK
@@ -94,6 +94,23 @@ def label_spans(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tup
         if found.height:
             return found, name, regex
     return spans.clear(), None, ""
+
+
+def label_choices(spans: pl.DataFrame, microbatch_regex: str | None = None) -> dict[int, str | None]:
+    """Per rank, the pattern ``label_spans`` would choose on that rank's spans alone, in one pass over the
+    distinct names: ``custom`` (a custom regex found among annotations), ``custom:work`` (among work spans),
+    a built-in pattern's name, or None."""
+    candidates = [(name, regex, pl.col("kind") == "annotation") for name, regex in LABEL_PATTERNS]
+    if microbatch_regex:
+        check_regex(microbatch_regex)
+        candidates[:0] = [("custom", microbatch_regex, pl.col("kind") == "annotation"),
+                          ("custom:work", microbatch_regex, pl.col("kind").is_in(PASS_KINDS))]
+    names = spans.lazy().select("rank", "kind", "name").unique()
+    found = names.group_by("rank").agg(
+        (among & pl.col("name").str.contains(regex)).any().alias(name) for name, regex, among in candidates
+    ).collect(engine=ENGINE)
+    return {row[0]: next((name for (name, _, _), hit in zip(candidates, row[1:], strict=True) if hit), None)
+            for row in found.iter_rows()}
 
 
 def _named(frame: pl.DataFrame, regex: str) -> pl.DataFrame:

@@ -38,31 +38,51 @@ def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFra
     groups = {p.pipeline for p in parts if p.pipeline is not None}
     if groups:
         parts = [p for p in parts if p.pipeline == min(groups)]
-    used = {
-        (n, o)
-        for part in parts
-        for i, (n, o) in enumerate(zip(part.names, part.order, strict=True))
-        if part.work.filter(pl.col("stage") == i).height
-    }
-    names = [n for n, _ in sorted(used, key=lambda item: (item[1], item[0]))]
-    names = list(dict.fromkeys(names))
+    names = list(dict.fromkeys(n for n, _ in sorted(_used(parts), key=lambda item: (item[1], item[0]))))
     index = {n: i for i, n in enumerate(names)}
-    works, hosts = [], []
-    for part in parts:
-        remap = {i: index[n] for i, n in enumerate(part.names) if n in index}
-        renumber = pl.col("stage").replace_strict(remap, default=None, return_dtype=pl.Int32)
-        works.append(part.work.with_columns(stage=renumber).filter(pl.col("stage").is_not_null()))
-        hosts.append(part.host.with_columns(stage=renumber).filter(pl.col("stage").is_not_null()))
     facts = {
         "pattern": next((p.facts["pattern"] for p in parts if p.facts["pattern"]), None),
         "inferred": any(p.facts["inferred"] for p in parts),
         "mode": "gpu" if any(p.facts["mode"] == "gpu" for p in parts) else "cpu",
     }
-    work = pl.concat(works, how="vertical_relaxed") if works else pl.DataFrame()
-    host = pl.concat(hosts, how="vertical_relaxed") if hosts else pl.DataFrame()
+    work, host = _renumbered(parts, [p.work for p in parts], index), _renumbered(parts, [p.host for p in parts], index)
     if facts["pattern"] == "torch_pipelining" and work.height:
         names, work, host = _order_by_stage_ids(names, work, host)
     return names, work, host, facts
+
+
+def tagged(frame: pl.DataFrame, name: str, value: int) -> pl.DataFrame:
+    """``frame`` with a column ``name`` (Int64) holding ``value`` in every row, added without a query."""
+    return frame.hstack([pl.Series(name, [value], dtype=pl.Int64).new_from_index(0, frame.height)])
+
+
+def stacked(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """``frames`` one under the other (relaxed to common types) with ``part``, the index of the frame each
+    row came from: one table to query once, not a query per part."""
+    return pl.concat([tagged(frame, "part", k) for k, frame in enumerate(frames)], how="vertical_relaxed")
+
+
+def _used(parts: list[StagePart]) -> set[tuple[str, tuple]]:
+    """(name, order) of every stage some work of its part belongs to."""
+    if not parts:
+        return set()
+    present = stacked([p.work for p in parts]).select("stage", "part").unique()
+    return {
+        (parts[k].names[i], parts[k].order[i]) for i, k in present.iter_rows()
+        if i is not None and 0 <= i < len(parts[k].names)
+    }
+
+
+def _renumbered(parts: list[StagePart], frames: list[pl.DataFrame], index: dict[str, int]) -> pl.DataFrame:
+    """Every part's rows (``frames``: its work or host table) with its stages renumbered to the job's
+    (``index``: name -> number), the rows of no stage left out."""
+    if not frames:
+        return pl.DataFrame()
+    width = max(len(p.names) for p in parts) + 1
+    new = {k * width + i: index[n] for k, part in enumerate(parts) for i, n in enumerate(part.names) if n in index}
+    key = pl.col("part") * width + pl.col("stage")
+    renumbered = stacked(frames).with_columns(stage=key.replace_strict(new, default=None, return_dtype=pl.Int32))
+    return renumbered.filter(pl.col("stage").is_not_null()).drop("part")
 
 
 def _order_by_stage_ids(names: list[str], work: pl.DataFrame, host: pl.DataFrame):
@@ -155,10 +175,11 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -
     )
     lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
     per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
+    of_stage = dict(per_mb.group_by("stage").agg("ns").iter_rows())
     counts = pm.microbatch_counts(work)
     out = []
     for row in sums.join(lanes, on="stage").sort("stage").iter_rows(named=True):
-        mb = per_mb.filter(pl.col("stage") == row["stage"])["ns"].to_list()
+        mb = of_stage.get(row["stage"], [])
         out.append(
             Stage(
                 stage=row["stage"],

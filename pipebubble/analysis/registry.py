@@ -17,12 +17,16 @@ import polars as pl
 from pipebubble.analysis.breakdown import GpuPart, gpu_part
 from pipebubble.analysis.collectives import collective_part, comm_ranges
 from pipebubble.analysis.interference import interference
+from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
 from pipebubble.analysis.p2p import p2p_part
-from pipebubble.analysis.stage_part import StagePart, stage_part
+from pipebubble.analysis.stage_part import StagePart, stage_part, stage_parts
+from pipebubble.analysis.steps_inferred import DECODE_KERNELS, GRAPH_LAUNCH, STEP_FRAMES, TRAINING_KERNELS
+from pipebubble.analysis.steps_llm import LABEL_PATTERNS as STEP_LABELS
 from pipebubble.options import Options
 from pipebubble.report import Interference, Segment
+from pipebubble.spans import GPU_WORK
 
 Meta = dict[str, Any] | None
 
@@ -43,10 +47,41 @@ def stages_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> Sta
     return stage_part(spans, options.pipeline, world, options.files == 1, meta.get("pg_config"))
 
 
+def stages_parts(spans: pl.DataFrame, options: Options, metas: dict[int, dict]) -> dict[int, StagePart | None]:
+    """``stages_part`` of several files of one rank each at once (``spans``: theirs, concatenated; ``metas``:
+    each rank's file's meta), by rank; the files it cannot map together (``stage_part.stage_parts``) are
+    left out, to be mapped alone."""
+    if options.files == 1:
+        return {}
+    groups = {rank: (meta or {}).get("pg_config") for rank, meta in metas.items()}
+    return dict(stage_parts(spans, options.pipeline, groups))
+
+
 def serving_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> tuple[Interference | None,
                                                                                      list[Segment]]:
     """Prefill/decode interference and per-step timeline segments; (None, []) without engine steps."""
     return interference(spans, step_regex=options.serving.step_regex, tbt_slo_ms=options.serving.tbt_slo_ms)
+
+
+def serving_ranks(spans: pl.DataFrame, options: Options) -> set[int] | None:
+    """Of several files of one rank each (``spans``: theirs, concatenated), the ranks whose spans show a sign
+    of engine steps (``serving_part`` finds none in the others): a step label, or, where steps would be
+    inferred (``steps_inferred``: no training kernel), an engine's step frame, a decode kernel or a graph
+    launch. None with a custom step regex (every file is then looked at)."""
+    if options.serving.step_regex:
+        return None
+    names = spans.lazy().select("rank", "kind", gpu=pl.col("device").is_not_null(), name="name").unique()
+    cpu_range = (pl.col("kind") == "annotation") & ~pl.col("gpu")
+    label = pl.any_horizontal(pl.col("name").str.contains(regex) for _, regex in STEP_LABELS)
+    signs = names.group_by("rank").agg(
+        label=(cpu_range & label).any(),
+        training=((pl.col("kind") == "kernel") & pl.col("name").str.contains(TRAINING_KERNELS)).any(),
+        frame=(cpu_range & pl.col("name").str.contains(STEP_FRAMES)).any(),
+        decode=((pl.col("kind").is_in(GPU_WORK) & pl.col("gpu") & pl.col("name").str.contains(DECODE_KERNELS))
+                | ((pl.col("kind") == "runtime") & pl.col("name").str.contains(GRAPH_LAUNCH))).any(),
+    )
+    engine = pl.col("label") | (~pl.col("training") & (pl.col("frame") | pl.col("decode")))
+    return set(signs.filter(engine).select("rank").collect(engine=ENGINE)["rank"].to_list())
 
 
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from pipebubble.errors import StageSpecError
 
@@ -47,6 +47,11 @@ class Schedule:
 
     def virtual_stage(self, stage: int, chunk: int) -> int:
         return chunk * self.stages + stage
+
+    def __hash__(self) -> int:
+        # By its shape only (equal schedules have equal shapes): a replay's caches look schedules of thousands
+        # of actions up, and hashing every action each time would cost more than the lookup saves.
+        return hash((self.name, self.stages, self.microbatches, self.chunks))
 
 
 def _check_sizes(stages: int, microbatches: int, chunks: int) -> None:
@@ -153,16 +158,27 @@ def _expected(schedule: Schedule) -> Counter[Action]:
 
 
 def validate(schedule: Schedule) -> None:
-    """Every stage runs each (phase, micro-batch, chunk) exactly once."""
+    """Every stage runs each (phase, micro-batch, chunk) exactly once (checked once per schedule)."""
+    _validate(schedule)
+
+
+@lru_cache(maxsize=64)
+def _validate(schedule: Schedule) -> None:
     if len(schedule.orders) != schedule.stages:
         raise StageSpecError(
             f"schedule {schedule.name!r}: {len(schedule.orders)} orders for {schedule.stages} stages"
         )
-    expected = _expected(schedule)
-    once = set(expected)  # each expected exactly once: a set of the same size equal to it says so
+    m, v = schedule.microbatches, schedule.chunks
+    code = {ph: i for i, ph in enumerate(("F", "B", "W") if schedule.split_backward else ("F", "B"))}
+    size = len(code) * m * v
     for s, order in enumerate(schedule.orders):
-        if len(order) == len(once) and set(order) == once:
+        # Each expected action exactly once: as many actions as expected, all of them expected, none twice
+        # (numbered as integers, which hash fast; the messages below name what is wrong).
+        seen = {(code[a.phase] * m + a.microbatch) * v + a.chunk for a in order
+                if a.phase in code and 0 <= a.microbatch < m and 0 <= a.chunk < v}
+        if len(order) == size and len(seen) == size:
             continue
+        expected = _expected(schedule)
         got = Counter(order)
         if got != expected:
             extra, missing = sorted((got - expected).elements()), sorted((expected - got).elements())
@@ -173,8 +189,10 @@ def validate(schedule: Schedule) -> None:
             )
 
 
+@lru_cache(maxsize=64)
 def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Schedule:
-    """The named schedule; ``chunks`` applies to interleaved_1f1b only."""
+    """The named schedule; ``chunks`` applies to interleaved_1f1b only. Built once per shape (frozen): a
+    job's report replays the same schedules several times."""
     if name == "interleaved_1f1b":
         return interleaved_1f1b(stages, microbatches, chunks)
     if chunks != 1:

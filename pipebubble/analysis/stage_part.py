@@ -3,14 +3,15 @@ host activity), computed where the file lies and reduced with the other files' b
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 import polars as pl
 
-from pipebubble.analysis.intervals import merge
-from pipebubble.analysis.labels import labels
+from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.analysis.labels import label_choices, labels
 from pipebubble.analysis.stages import assign, pipeline_group
-from pipebubble.analysis.work import WORK_SCHEMA, stage_work
+from pipebubble.analysis.work import WORK_SCHEMA, labelled_work, stage_work
 from pipebubble.options import PipelineOptions
 from pipebubble.spans import HOST_WORK
 
@@ -55,6 +56,95 @@ def stage_part(
     return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
 
 
+def stage_parts(spans: pl.DataFrame, options: PipelineOptions, groups: dict[int, list | None]) -> dict[int, StagePart]:
+    """Map, over the spans of several files of one rank each (no two of one rank; ``groups``: each rank's
+    process groups): each file's ``stage_part`` (not ``alone``), computed once over all of them. Each file
+    is one stage (its rank, or its place in its pipeline group), so its work is labelled with its rank as
+    the stage, grouped by rank wherever a file alone would be (files whose labels follow different patterns
+    apart), and split by rank. Files that are not one stage each (explicit stage options, several GPUs in
+    one rank) are left out: the caller maps them alone."""
+    if options.stages.rules or options.stages.stage_by or options.stages.pp_size:
+        return {}
+    regex = options.stages.microbatch_regex
+    choices, sends, gpus = label_choices(spans, regex), _ranks_sending(spans), _gpus(spans)
+    out: dict[int, StagePart] = {}
+    together: dict[str | None, list[int]] = defaultdict(list)
+    for rank, choice in choices.items():
+        members = pipeline_group(groups.get(rank) or [], rank)
+        if members is None and gpus.get(rank, 0) > 1:
+            continue  # one stage per GPU: stages.assign's device rule, on the file alone
+        if choice is None and members is None and rank not in sends:
+            out[rank] = _unlabelled_rank(rank, spans.schema["kind"])
+        else:
+            together[choice].append(rank)
+    for ranks in together.values():
+        out |= _labelled_ranks(spans, ranks, regex, groups)
+    return out
+
+
+def _own_stage(rank: int, groups: list | None) -> tuple[list[str], list[tuple], int, int | None]:
+    """A file of one rank as ``stages.assign`` names it alone: (names, order, its stage, pipeline)."""
+    members = pipeline_group(groups or [], rank)
+    if members is None:
+        return [f"rank{rank}"], [((False, rank),)], 0, None
+    return [f"pp{i}" for i in range(len(members))], [(i,) for i in range(len(members))], members.index(rank), \
+        members[0]
+
+
+def _unlabelled_rank(rank: int, kind: pl.DataType) -> StagePart:
+    """``_unlabelled`` of a file of one rank on one GPU at most: its one stage's name, no work."""
+    names, order, _, pipeline = _own_stage(rank, None)
+    return StagePart(names, order, pl.DataFrame(schema=WORK_SCHEMA), _empty_host(kind), dict(_NO_EVIDENCE), pipeline)
+
+
+def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, groups: dict) -> dict[int, StagePart]:
+    """The stage parts of files whose labels follow one pattern: their work labelled at once, the rank as
+    each one's stage, then split by rank and numbered as each file alone numbers its one stage."""
+    own = {r: _own_stage(r, groups.get(r)) for r in ranks}
+    chosen = spans if len(ranks) == len(spans["rank"].unique()) else spans.filter(pl.col("rank").is_in(ranks))
+    staged = chosen.with_columns(stage=pl.col("rank").cast(pl.Int32))
+    work, pattern, gpu_stages = labelled_work(staged, regex, apart=True)
+    cpu = staged.filter(pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK))
+    local = {r: own[r][2] for r in ranks}
+    works = _by_rank(work, local)
+    hosts = _by_rank(merge(cpu, ["stage", "kind"]), local)
+    return {
+        r: StagePart(names, order, works.get(r, work.clear()), hosts.get(r, _empty_host(spans.schema["kind"])),
+                     {"pattern": pattern, "inferred": pattern is None, "mode": "gpu" if r in gpu_stages else "cpu"},
+                     pipeline)
+        for r, (names, order, _, pipeline) in own.items()
+    }
+
+
+def _by_rank(frame: pl.DataFrame, local: dict[int, int]) -> dict[int, pl.DataFrame]:
+    """``frame``'s rows by the rank its ``stage`` holds, the stage renumbered to the file's own."""
+    frame = frame.with_columns(
+        stage=pl.col("stage").replace_strict(local, return_dtype=pl.Int32), _rank=pl.col("stage")
+    )
+    parts = frame.partition_by("_rank", maintain_order=True)
+    return {part.drop_in_place("_rank")[0]: part for part in parts}
+
+
+def _ranks_sending(spans: pl.DataFrame) -> set[int]:
+    """The ranks whose CPU ranges name a send or receive (``_sends_or_receives`` per rank)."""
+    ranges = spans.lazy().filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
+    names = ranges.select("rank", "name").unique().filter(pl.col("name").str.contains(P2P_NAMES))
+    return set(names.select(pl.col("rank").unique()).collect(engine=ENGINE)["rank"].to_list())
+
+
+def _gpus(spans: pl.DataFrame) -> dict[int, int]:
+    """GPUs (process, device) per rank."""
+    gpu = spans.lazy().filter(pl.col("device").is_not_null())
+    return dict(gpu.group_by("rank").agg(pl.struct("pid", "device").n_unique()).collect(engine=ENGINE).iter_rows())
+
+
+def _empty_host(kind: pl.DataType) -> pl.DataFrame:
+    return pl.DataFrame(schema={"stage": pl.Int32, "kind": kind, "start": pl.Int64, "end": pl.Int64})
+
+
+_NO_EVIDENCE = {"pattern": None, "inferred": False, "mode": "cpu", "no_evidence": True}
+
+
 #: Point-to-point calls by name (a superset of the evidence ``collectives`` counts: there, those inside a
 #: collective do not count).
 P2P_NAMES = r"(?i)(^|[:_])i?(send|recv)\b|^(c10d::)?(send|recv_)|ncclSend|ncclRecv|^PP:\d+(SEND|RECV)_"
@@ -71,9 +161,8 @@ def _unlabelled(spans: pl.DataFrame, options: PipelineOptions, world: int | None
     labelling work no pipeline will use."""
     mapped = assign(_keys_frame(spans), options.stages, world, groups)
     work = pl.DataFrame(schema=WORK_SCHEMA)
-    host = pl.DataFrame(schema={"stage": pl.Int32, "kind": spans.schema["kind"], "start": pl.Int64, "end": pl.Int64})
-    facts = {"pattern": None, "inferred": False, "mode": "cpu", "no_evidence": True}
-    return StagePart(mapped.names, mapped.order, work, host, facts, mapped.pipeline)
+    return StagePart(mapped.names, mapped.order, work, _empty_host(spans.schema["kind"]), dict(_NO_EVIDENCE),
+                     mapped.pipeline)
 
 
 def _keys_frame(spans: pl.DataFrame) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.intervals import ENGINE, merge
 from pipebubble.report import Wait
 from pipebubble.spans import HOST_CALLS
 
@@ -31,29 +31,28 @@ def find_waits(
 ) -> list[Wait]:
     """Gaps longer than ``threshold`` × |W_k|. ``host`` holds the stages' CPU spans (stage, kind, start, end);
     ``gpu`` says the stages are GPUs (so a busy launching thread can explain a gap); ``recvs`` the paired
-    receives (``p2p.reduce_pipeline``: stage, start, end, wait_end, from_stage, from_who)."""
+    receives (``p2p.reduce_pipeline``: stage, start, end, wait_end, from_stage, from_who). Every gap's cause
+    is found at once (joins over all gaps, not queries per gap)."""
     gaps = _gaps(work, windows, threshold)
     if gaps.is_empty():
         return []
     passes = _passes(work)
-    comm = merge(work.filter(pl.col("role") == "comm"), ["stage"])
-    labelled = _neighbours(gaps, passes)
     if recvs is None:
         recvs = pl.DataFrame(schema={"stage": pl.Int32, "start": pl.Int64, "end": pl.Int64, "wait_end": pl.Int64,
                                      "from_stage": pl.Int32, "from_who": pl.Int64})
-    causes = [_cause(row, passes, comm, host, gpu, recvs) for row in labelled.iter_rows(named=True)]
+    labelled = _causes(_neighbours(gaps, passes).with_row_index("gap"), passes, work, host, gpu, recvs)
     waits = [
         Wait(
             stage=r["stage"],
             start_ns=r["start"],
             dur_ns=r["end"] - r["start"],
-            cause=c,
+            cause=r["cause"],
             before=r["before"],
             after=r["after"],
             step=r["step"],
-            waited_for=who,
+            waited_for=r["waited_for"],
         )
-        for r, (c, who) in zip(labelled.iter_rows(named=True), causes, strict=True)
+        for r in labelled.iter_rows(named=True)
     ]
     return sorted(waits, key=lambda w: (-w.dur_ns, w.start_ns, w.stage))
 
@@ -111,56 +110,107 @@ def _neighbours(gaps: pl.DataFrame, passes: pl.DataFrame) -> pl.DataFrame:
     return both.sort("stage", "start")
 
 
-def _cause(
-    gap: dict, passes: pl.DataFrame, comm: pl.DataFrame, host: pl.DataFrame, gpu: bool, recvs: pl.DataFrame
-) -> tuple[str, int | None]:
-    """The gap's cause, and the rank it waited for (a paired receive's sender)."""
-    if gap["kind"] in ("fill", "drain"):
-        return gap["kind"], None
-    stage, start, end = gap["stage"], gap["start"], gap["end"]
-    held = recvs.filter((pl.col("stage") == stage) & (pl.col("start") < end) & (pl.col("wait_end") > start))
-    inside = recvs.filter((pl.col("stage") == stage) & (pl.col("start") < end) & (pl.col("end") > start))
-    if held.height:
-        spun = pl.min_horizontal(pl.col("wait_end"), pl.lit(end)) - pl.max_horizontal(pl.col("start"), pl.lit(start))
-        best = held.with_columns(spun=spun).sort("spun", "start", descending=[True, False]).row(0, named=True)
-        if 2 * best["spun"] >= end - start:
-            return ("upstream" if best["from_stage"] < stage else "downstream"), best["from_who"]
-    if not (held.height or inside.height):
-        return _label_cause(gap, passes, comm, host, gpu), None
-    return _other_cause(stage, start, end, comm, host, gpu), None
+def _causes(
+    gaps: pl.DataFrame, passes: pl.DataFrame, work: pl.DataFrame, host: pl.DataFrame, gpu: bool, recvs: pl.DataFrame
+) -> pl.DataFrame:
+    """``gaps`` with ``cause`` and ``waited_for`` (a paired receive's sender), tried in the module's order:
+    fill and drain; a paired receive whose waiting part covers half the gap; without a receive in the gap,
+    the labels; then sync, comm, host or unknown."""
+    steady = gaps.filter(pl.col("kind") == "steady").select("gap", "stage", "step", "start", "end", "after_phase",
+                                                             "after_mb")
+    found = _peer_waits(steady, recvs).join(_label_waits(steady, passes), on="gap", how="left").join(
+        _other_causes(steady, work, host, gpu), on="gap", how="left"
+    )
+    length = pl.col("end") - pl.col("start")
+    peer = pl.col("held").fill_null(False) & (2 * pl.col("spun") >= length)
+    cause = (
+        pl.when(pl.col("kind").is_in(["fill", "drain"])).then(pl.col("kind"))
+        .when(peer).then(pl.when(pl.col("from_stage") < pl.col("stage")).then(pl.lit("upstream"))
+                         .otherwise(pl.lit("downstream")))
+        .when(~pl.col("held").fill_null(False) & ~pl.col("inside").fill_null(False) & pl.col("by_label").is_not_null())
+        .then(pl.col("by_label"))
+        .otherwise(pl.col("other"))
+    )
+    joined = gaps.join(found.drop("stage", "step", "start", "end", "after_phase", "after_mb"), on="gap", how="left")
+    return joined.with_columns(cause=cause, waited_for=pl.when(peer).then(pl.col("from_who"))).sort("gap")
 
 
-def _label_cause(gap: dict, passes: pl.DataFrame, comm: pl.DataFrame, host: pl.DataFrame, gpu: bool) -> str:
-    """Upstream or downstream by the micro-batch labels, else the causes after them."""
-    stage, start, end = gap["stage"], gap["start"], gap["end"]
-    for phase, neighbour, cause in (("forward", stage - 1, "upstream"), ("backward", stage + 1, "downstream")):
-        if gap["after_phase"] == phase and gap["after_mb"] is not None:
-            dep = passes.filter(
-                (pl.col("stage") == neighbour)
-                & (pl.col("phase") == phase)
-                & (pl.col("microbatch") == gap["after_mb"])
-                & (pl.col("step") == gap["step"])
-            )
-            if dep.height and dep["end"].max() > start:
-                return cause
-    return _other_cause(stage, start, end, comm, host, gpu)
+def _peer_waits(steady: pl.DataFrame, recvs: pl.DataFrame) -> pl.DataFrame:
+    """Per gap: ``held`` (a paired receive on its stage was waiting for its send during the gap), ``inside``
+    (one overlaps it at all), and of those that waited, the one that waited longest in it (``spun``; the
+    earliest at equal length): its ``from_stage`` and ``from_who``."""
+    marks = recvs.select(
+        "from_stage", "from_who", r_stage="stage", r_start="start", r_end="end", wait_end="wait_end",
+        reach=pl.max_horizontal("end", "wait_end"),
+    )
+    overlapping = steady.join_where(
+        marks, pl.col("stage") == pl.col("r_stage"), pl.col("r_start") < pl.col("end"),
+        pl.col("reach") > pl.col("start"),
+    ).with_columns(
+        held_one=(pl.col("r_start") < pl.col("end")) & (pl.col("wait_end") > pl.col("start")),
+        inside_one=(pl.col("r_start") < pl.col("end")) & (pl.col("r_end") > pl.col("start")),
+        spun=pl.min_horizontal("wait_end", "end") - pl.max_horizontal("r_start", "start"),
+    )
+    flags = overlapping.group_by("gap").agg(held=pl.col("held_one").any(), inside=pl.col("inside_one").any())
+    best = (
+        overlapping.filter("held_one")
+        .sort("gap", "spun", "r_start", descending=[False, True, False], maintain_order=True)
+        .unique("gap", keep="first", maintain_order=True)
+        .select("gap", "spun", "from_stage", "from_who")
+    )
+    return steady.join(flags, on="gap", how="left").join(best, on="gap", how="left")
 
 
-def _other_cause(stage: int, start: int, end: int, comm: pl.DataFrame, host: pl.DataFrame, gpu: bool) -> str:
-    """Sync, comm, host or unknown."""
-    if _covered(host.filter((pl.col("stage") == stage) & (pl.col("kind") == "sync")), start, end) > 0:
-        return "sync"
-    if _covered(comm.filter(pl.col("stage") == stage), start, end) >= 0.5 * (end - start):
-        return "comm"
-    work = host.filter((pl.col("stage") == stage) & pl.col("kind").is_in(HOST_CALLS))
-    if gpu and _covered(merge(work, ["stage"]), start, end) >= 0.5 * (end - start):
-        return "host"
-    return "unknown"
+def _label_waits(steady: pl.DataFrame, passes: pl.DataFrame) -> pl.DataFrame:
+    """Per gap, by the micro-batch labels (``by_label``): upstream when the pass after it is forward j and the
+    stage before was still computing forward j of the step when the gap began; downstream the same for
+    backward j and the stage after; else null."""
+    neighbour = pl.when(pl.col("after_phase") == "forward").then(pl.col("stage") - 1).otherwise(pl.col("stage") + 1)
+    probes = steady.filter(pl.col("after_phase").is_in(["forward", "backward"]) & pl.col("after_mb").is_not_null())
+    probes = probes.select("gap", "start", "after_phase", n_stage=neighbour.cast(pl.Int32), step=pl.col("step"),
+                           mb=pl.col("after_mb"))
+    ends = passes.group_by(n_stage="stage", after_phase="phase", mb="microbatch", step="step").agg(
+        dep_end=pl.col("end").max()
+    )
+    late = probes.join(ends, on=["n_stage", "after_phase", "mb", "step"]).filter(pl.col("dep_end") > pl.col("start"))
+    cause = pl.when(pl.col("after_phase") == "forward").then(pl.lit("upstream")).otherwise(pl.lit("downstream"))
+    return late.select("gap", by_label=cause)
 
 
-def _covered(intervals: pl.DataFrame, start: int, end: int) -> int:
-    """Length of [start, end) covered by ``intervals`` (assumed disjoint, e.g. merged)."""
-    if intervals.is_empty():
-        return 0
-    clipped = intervals.select(s=pl.col("start").clip(start, end), e=pl.col("end").clip(start, end))
-    return int(clipped.select((pl.col("e") - pl.col("s")).sum()).item() or 0)
+def _other_causes(steady: pl.DataFrame, work: pl.DataFrame, host: pl.DataFrame, gpu: bool) -> pl.DataFrame:
+    """Per gap (``other``): sync (a host synchronize overlaps it), comm (communication covers half of it),
+    host (a GPU stage's launching thread was busy for half of it) or unknown."""
+    length = pl.col("end") - pl.col("start")
+    sync = _covered(steady, host.filter(pl.col("kind") == "sync"))
+    comm = _covered(steady, merge(work.filter(pl.col("role") == "comm"), ["stage"]))
+    calls = _covered(steady, merge(host.filter(pl.col("kind").is_in(HOST_CALLS)), ["stage"]))
+    covered = steady.select("gap", "start", "end").with_columns(sync=sync, comm=comm, calls=calls)
+    other = (
+        pl.when(pl.col("sync") > 0).then(pl.lit("sync"))
+        .when(pl.col("comm") >= 0.5 * length).then(pl.lit("comm"))
+        .when(pl.lit(gpu) & (pl.col("calls") >= 0.5 * length)).then(pl.lit("host"))
+        .otherwise(pl.lit("unknown"))
+    )
+    return covered.select("gap", other=other)
+
+
+def _covered(gaps: pl.DataFrame, intervals: pl.DataFrame) -> pl.Series:
+    """Per gap (in ``gaps``' order), the length of it that ``intervals`` (stage, start, end; disjoint within a
+    stage, as merged ones are) cover: C(end) − C(start), C(t) being the length covered before t (the
+    intervals' lengths before the last one starting at or before t, plus what of that one lies before t).
+    One query: both ends of every gap looked up at once."""
+    length = pl.col("end") - pl.col("start")
+    marks = (
+        intervals.lazy().sort("stage", "start")
+        .select("stage", at="start", iv_start="start", iv_end="end", before=length.cum_sum().over("stage") - length)
+        .sort("at")
+    )
+    probes = pl.concat([
+        gaps.lazy().select("gap", "stage", at="start", sign=pl.lit(-1, pl.Int64)),
+        gaps.lazy().select("gap", "stage", at="end", sign=pl.lit(1, pl.Int64)),
+    ]).sort("at")
+    joined = probes.join_asof(marks, on="at", by="stage", strategy="backward", check_sortedness=False)
+    upto = (pl.col("before") + pl.min_horizontal("at", "iv_end") - pl.col("iv_start")).fill_null(0)
+    per = joined.group_by("gap").agg(covered=(pl.col("sign") * upto).sum())
+    order = gaps.lazy().select("gap").join(per, on="gap", how="left", maintain_order="left")
+    return order.collect(engine=ENGINE)["covered"].fill_null(0)

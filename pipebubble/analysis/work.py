@@ -25,12 +25,22 @@ OTHER_RANGES = r"^Optimizer\.|zero_grad|^ProfilerStep#"
 
 def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, dict]:
     """Work spans of every stage (``WORK_COLUMNS``) and facts about how they were labelled."""
+    work, pattern, gpu_stages = labelled_work(spans, microbatch_regex)
+    return work, {"pattern": pattern, "inferred": pattern is None, "mode": "gpu" if gpu_stages else "cpu"}
+
+
+def labelled_work(
+    spans: pl.DataFrame, microbatch_regex: str | None = None, apart: bool = False
+) -> tuple[pl.DataFrame, str | None, set[int]]:
+    """Work spans of every stage (``WORK_COLUMNS``), the label pattern found and the stages that are GPUs.
+    ``apart``: each stage is a file of its own (several files' spans at once, one stage each), so whether a
+    stage's steps come from its passes or its ProfilerSteps is decided stage by stage, as for each file
+    alone; otherwise once over all of them, as for one file of several stages."""
     staged = spans.filter(pl.col("stage").is_not_null())
     found, pattern = labels(staged, microbatch_regex)
-    gpu_stages = set(staged.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))["stage"])
-    gpu = staged.filter(
-        pl.col("stage").is_in(list(gpu_stages)) & pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
-    )
+    on_gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
+    gpu_stages = set(staged.filter(on_gpu)["stage"].unique())
+    gpu = staged.filter(pl.col("stage").is_in(list(gpu_stages)) & on_gpu)
     cpu = _cpu_work(staged.filter(~pl.col("stage").is_in(list(gpu_stages))), found)
     work = pl.concat([gpu, cpu], how="vertical").with_columns(
         role=pl.when(is_comm())
@@ -38,11 +48,24 @@ def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tupl
         .otherwise(pl.lit("compute"))
     )
     work = attribute(work, spans, found)
-    inferred = pattern is None
-    work = infer_microbatches(work, spans) if inferred else _steps(work, spans)
-    facts = {"pattern": pattern, "inferred": inferred, "mode": "gpu" if gpu_stages else "cpu"}
+    work = infer_microbatches(work, spans) if pattern is None else _steps_of(work, spans, apart)
     # Spans of one pass that overlap or touch become one interval: every union taken later is unchanged.
-    return merge(work.select(WORK_COLUMNS), LABEL_KEYS).select(WORK_COLUMNS).sort("stage", "start"), facts
+    merged = merge(work.select(WORK_COLUMNS), LABEL_KEYS).select(WORK_COLUMNS).sort("stage", "start")
+    return merged, pattern, gpu_stages
+
+
+def _steps_of(work: pl.DataFrame, spans: pl.DataFrame, apart: bool) -> pl.DataFrame:
+    """``_steps``, where passes exist (over all stages, or ``apart``, stage by stage), else the steps of
+    ``_steps_from_markers``."""
+    passes = work.filter(pl.col("phase").is_in(["forward", "backward", "weight"]))
+    if not apart or passes.is_empty():
+        return _steps(work, spans)
+    with_passes = passes["stage"].unique().implode()
+    rest = work.filter(~pl.col("stage").is_in(with_passes))
+    if rest.is_empty():
+        return _steps(work, spans)
+    steps = _steps(work.filter(pl.col("stage").is_in(with_passes)), spans)
+    return pl.concat([steps, _steps_from_markers(rest, spans).drop("launched", strict=False)], how="vertical")
 
 
 def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:

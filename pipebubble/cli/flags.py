@@ -88,6 +88,10 @@ RayAddress = Annotated[str | None, typer.Option(
     rich_help_panel=SCALE)]
 Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Processes (or Ray CPUs) to use (default: all cores).", rich_help_panel=SCALE)]
+MemoryBudget = Annotated[str | None, typer.Option(
+    "--memory-budget", metavar="SIZE", help="Memory the analysis may use, e.g. 800M or 2G (default: an eighth of "
+    "the available memory; env PIPEBUBBLE_MEMORY_BUDGET). A bigger trace is spilled to disk and read in windows.",
+    rich_help_panel=SCALE)]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span and report caches.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr (warnings and errors "
                                      "still).", rich_help_panel=OUTPUT)]
@@ -175,9 +179,10 @@ ANALYSIS_FLAGS: dict[str, tuple[Any, Any]] = {
     "executor": (ExecutorOpt, Executor.local),
     "ray_address": (RayAddress, None),
     "workers": (Workers, None),
+    "memory_budget": (MemoryBudget, None),
     "no_cache": (NoCache, False),
 }
-SCALE_FLAGS = ("executor", "ray_address", "workers", "no_cache")
+SCALE_FLAGS = ("executor", "ray_address", "workers", "memory_budget", "no_cache")
 
 
 def analysing(command: Callable) -> Callable:
@@ -235,6 +240,9 @@ def options(
 
 
 def scale(executor: Enum | str = "local", workers: int | None = None, ray_address: str | None = None,
-          no_cache: bool = False) -> Scale:
+          memory_budget: str | None = None, no_cache: bool = False) -> Scale:
+    from pipebubble import budget
+
     name = executor.value if isinstance(executor, Enum) else executor
-    return Scale(name, workers, ray_address, use_cache=not no_cache)
+    given = budget.parse(memory_budget) if memory_budget is not None else None
+    return Scale(name, workers, ray_address, use_cache=not no_cache, memory_budget=given)

@@ -127,9 +127,11 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     path = Path(path)
     seen = len(cache.warnings())
     entry_key = cache.key(path)
+    reader = readers.reader_for(path)
     result = cache.get(path, entry_key) if use_cache else None
+    if result is not None and not result.meta.get("spill") and reader.spills(path):
+        result = None  # held in memory under a bigger budget: read again within this one
     if result is None:
-        reader = readers.reader_for(path)
         split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
         with _pool(workers - 1) if split else nullcontext() as pool:
             result = _read_somewhere(reader, path, position, pool, entry_key)

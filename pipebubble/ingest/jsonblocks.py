@@ -2,16 +2,19 @@
 process pool when given: workers read their block from the file, so only offsets cross), and a file cut
 off mid-write read up to its last whole event.
 
-A block boundary may sit inside a string or nested value: a block that fails to decode is joined to the
-next ones and tried again, so the result does not depend on the block size. The block size comes from the
+Blocks are cut at a ``},{`` whose following text reads as events (a short probe decode): on one line
+``},{`` also sits between nested objects and inside strings. A cut that still lands inside an event (a
+nested value longer than the probe) makes a block that fails to decode: it is joined to the next ones and
+tried again, so the result never depends on the block size or the layout. The block size comes from the
 caller (``jsontrace.BLOCK_BYTES``, read at call time).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,11 @@ NON_SPACE = re.compile(rb"\S")
 _SEPARATOR = re.compile(rb"\s*,?\s*")
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _MAX_TAIL_TRIES = 64
+#: A possible cut is checked by decoding this much of the text after it, and at most this many possible
+#: cuts past a block's target are checked before the first one is taken as it is.
+_PROBE_BYTES = 64 << 10
+_PROBE_TRIES = 16
+_NOT_ASCII = bytes(range(0x80, 0x100))
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 _PROBE = msgspec.json.Decoder(list[msgspec.Raw])  # syntax only: is this prefix whole events?
 
@@ -179,15 +187,49 @@ def _cuts(region: memoryview, block_bytes: int) -> list[tuple[int, int]]:
 
 
 def _next_boundary(region: memoryview, target: int, end: int) -> int:
-    """Offset of the comma after the first ``}`` at or past ``target`` that may end an event, else ``end``."""
-    window = 1 << 20
+    """Offset of the comma of the first ``},{`` at or past ``target`` after which the text reads as events,
+    else of the first ``},{`` found there, else ``end``."""
+    candidates = _separators(region, target, end)
+    first = next(candidates, end)
+    for comma in itertools.islice(itertools.chain([first], candidates), _PROBE_TRIES):
+        if comma == end or _starts_events(region, comma + 1, end):
+            return comma
+    return first
+
+
+def _separators(region: memoryview, target: int, end: int) -> Iterator[int]:
+    """The comma's offset of every ``},{`` (whitespace allowed) at or past ``target``, in order, found a
+    window at a time (windows overlap, so a separator across two is found once, in the second)."""
+    window, overlap = 1 << 20, 64
     while target < end:
-        chunk = region[target : min(end, target + window)].tobytes()
-        match = _BOUNDARY.search(chunk)
-        if match:
-            return target + chunk.index(b",", match.start())
-        target += window - 64
-    return end
+        stop = min(end, target + window)
+        chunk = region[target:stop].tobytes()
+        last = len(chunk) if stop == end else len(chunk) - overlap
+        for match in _BOUNDARY.finditer(chunk):
+            if match.start() >= last:
+                break
+            yield target + chunk.index(b",", match.start())
+        target += last
+
+
+def _starts_events(region: memoryview, pos: int, end: int) -> bool:
+    """Whether ``region[pos:]`` reads as the start of the events array's rest (as a block's text must):
+    whole events, then at most a cut-off one, within ``_PROBE_BYTES``. A ``},{`` between nested objects
+    or inside a string is followed by text that does not: a bracket closing what the probe never opened,
+    a key where a value belongs. Text is repaired as a block's would be; text too deep to probe counts as
+    events (the block decode decides)."""
+    stop = min(end, pos + _PROBE_BYTES)
+    text = region[pos:stop].tobytes()
+    if stop < end:
+        text = text.rstrip(_NOT_ASCII)  # a character cut in two by the window is not damage
+    probe = jsonbytes.fix_unicode(b"".join((b"[", text, b"]" if stop == end else b"")))[0]
+    try:
+        _PROBE.decode(probe)
+    except RecursionError:
+        return True
+    except _DECODE_ERRORS as exc:
+        return jsonbytes.is_truncation(exc, len(probe) + (stop < end))
+    return True
 
 
 def _last_whole_prefix(region: memoryview, pos: int, cut: int) -> int | None:

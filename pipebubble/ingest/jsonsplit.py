@@ -8,7 +8,9 @@ decoded and checked by ``jsonheader``.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -18,6 +20,16 @@ from pipebubble.ingest import jsonbytes
 from pipebubble.ingest.jsonheader import header_dict
 
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_NON_SPACE = re.compile(rb"\S")
+_NOT_ASCII = bytes(range(0x80, 0x100))
+_ANY = msgspec.json.Decoder(msgspec.Raw)
+#: The events array's closing bracket is looked for this far from the end, among this many brackets; of
+#: those ``,`` or ``}`` follows, so many have the text after them peeked at (this many bytes), and at most
+#: so many of those are checked by decoding the header and the whole trailer.
+_TRAILER_BYTES = 64 << 20
+_CLOSE_SCANS = 1 << 16
+_PEEKS, _PEEK_BYTES = 1024, 4096
+_CLOSE_TRIES = 8
 
 
 class _Header(msgspec.Struct):
@@ -36,22 +48,50 @@ _HEADER = msgspec.json.Decoder(_Header)
 def split_quick(path: Path, data, start: int, end: int) -> tuple[tuple, int, int] | None:
     """Find ``traceEvents: [...]`` without parsing the whole document: the key near the start, the closing
     bracket near the end, checked by decoding the header and trailer around an empty array. The array's
-    contents are verified as its blocks decode (``whole`` None marks it unverified)."""
+    contents are verified as its blocks decode (``whole`` None marks it unverified).
+
+    Writers other than torch put more after the array (metadata with arrays, strings full of brackets):
+    a bracket after which the next few KB cannot be the document's rest is passed over without a decode."""
     match = _ARRAY_KEY.search(data, start, min(end, start + (64 << 20)))
     if match is None:
         return None
-    stop, floor = end, max(match.end(), end - (1 << 20))
-    for _ in range(4):
-        close = data.rfind(b"]", floor, stop)
-        if close < 0:
-            return None
+    brackets = itertools.islice(_brackets(data, max(match.end(), end - _TRAILER_BYTES), end), _PEEKS)
+    for close in itertools.islice((c for c in brackets if _may_close(data, c, end)), _CLOSE_TRIES):
         text = b"".join((data[start : match.start()], b'"traceEvents": []', data[close + 1 : end]))
         try:
-            head = _decode_header(text)
-            return header_dict(path, head), match.end(), close
+            return header_dict(path, _decode_header(text)), match.end(), close
         except msgspec.DecodeError:
-            stop = close
+            continue
     return None
+
+
+def _brackets(data, floor: int, end: int) -> Iterator[int]:
+    """Offsets of the ``]`` in ``data[floor:end]`` that ``,`` or ``}`` follows, last first, among the last
+    ``_CLOSE_SCANS`` of all."""
+    stop = end
+    for _ in range(_CLOSE_SCANS):
+        close = data.rfind(b"]", floor, stop)
+        if close < 0:
+            return
+        stop = close
+        after = _NON_SPACE.search(data, close + 1, end)
+        if after is not None and after.group() in (b",", b"}"):
+            yield close
+
+
+def _may_close(data, close: int, end: int) -> bool:
+    """Whether the text after ``close`` may be what follows the events array: its first ``_PEEK_BYTES``
+    read as the rest of an object."""
+    stop = min(end, close + 1 + _PEEK_BYTES)
+    rest = bytes(data[close + 1 : stop])
+    if stop < end:
+        rest = rest.rstrip(_NOT_ASCII)  # a character cut in two by the window is not damage
+    text = b"".join((b'{"traceEvents":[]', rest))
+    try:
+        _ANY.decode(text)
+    except msgspec.DecodeError as exc:
+        return stop < end and jsonbytes.is_truncation(exc, len(text) + 1)
+    return True
 
 
 def _decode_header(text) -> _Header:

@@ -5,7 +5,6 @@ format is a module with a ``read`` function and one entry in ``READERS``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -150,8 +149,10 @@ def _json_writes(path: Path) -> bool:
 
 
 def _json_spills(path: Path) -> bool:
-    """Too big for memory: over ``PIPEBUBBLE_SPILL_BYTES`` of JSON text (default 256 MB)."""
-    return path.is_file() and _json_text_bytes(path) >= int(os.environ.get("PIPEBUBBLE_SPILL_BYTES", 256 << 20))
+    """Too big for memory: more JSON text than the memory budget holds in memory (``budget.spill_bytes``)."""
+    from pipebubble import budget
+
+    return path.is_file() and _json_text_bytes(path) >= budget.spill_bytes()
 
 
 def _json_splits(path: Path) -> bool:

@@ -1,0 +1,64 @@
+"""A big pipeline job: the stage part and the reduce of a 1F1B job of many stages, against a json.load baseline.
+
+    python bench/stages.py [--stages 64 256] [--microbatches 64] [--repeat 3]
+
+For each stage count p, writes a synthetic 1F1B job (``tests/synth.py``: one Kineto file per rank, every pass a
+labelled kernel, send/recv ranges between neighbours; stage s's forward takes 1 + (s mod 4)/100 of the first's,
+so stages are slightly unequal) under bench/_data, then times in fresh processes, in turn (A B A B ...),
+``pipebubble analyze FOLDER --format json --no-cache -q`` and a bare ``json.load`` of every file. Prints the
+median ratio to json.load pair by pair (with its range) and the ratio of the biggest job's time to the 64-stage
+one's. Targets: 64 stages <= 4x json.load; 256 stages <= 3x the 64-stage time. Figures vary with the machine;
+compare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from tree import folder_against_json_load  # noqa: E402
+
+FORWARD_NS = 100_000
+
+
+def pipeline_folder(p: int, m: int) -> Path:
+    """bench/_data/stages-{p}x{m}: a 1F1B job of ``p`` slightly unequal stages and ``m`` micro-batches
+    (written once; reused while its files are there)."""
+    from synth import simulate, write_pipeline
+
+    folder = HERE / "_data" / f"stages-{p}x{m}"
+    if len(list(folder.glob("rank*.json"))) == p:
+        return folder
+    forward = [FORWARD_NS * (100 + s % 4) // 100 for s in range(p)]
+    backward = [2 * f for f in forward]
+    return write_pipeline(folder, simulate("1f1b", p, m, forward, backward))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--microbatches", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3, help="A/B pairs per job (median quoted)")
+    args = parser.parse_args()
+    walls = {}
+    print(f"{os.cpu_count()} cores; 1F1B, {args.microbatches} micro-batches")
+    print(f"{'stages':>6} {'MB':>8} {'json.load s':>12} {'analyze s':>10} {'ratio (range)':>16} {'cpu s':>7} "
+          f"{'tree anon MB':>12}")
+    for p in args.stages:
+        data = pipeline_folder(p, args.microbatches)
+        pair, mb = folder_against_json_load(data, args.repeat)
+        walls[p] = pair.a.wall_s
+        print(f"{p:>6} {mb:>8.1f} {pair.b.wall_s:>12.2f} {pair.a.wall_s:>10.2f} {pair.text():>16} "
+              f"{pair.a.cpu_s:>7.1f} {pair.a.peak_tree_anon / 1e6:>12.0f}")
+    if 64 in walls and len(walls) > 1:
+        top = max(walls)
+        print(f"time at {top} stages / at 64 = {walls[top] / walls[64]:.2f} (target <= 3)")
+
+
+if __name__ == "__main__":
+    main()

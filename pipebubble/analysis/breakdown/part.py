@@ -1,0 +1,119 @@
+"""Map: one file's GPU breakdown part (``GpuPart``): its rows (``rows``) and its summaries' partial sums."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipebubble.analysis.breakdown import medians
+from pipebubble.analysis.breakdown.rows import rows_in_memory
+from pipebubble.analysis.launches import launch_calls, same_process
+from pipebubble.report import Breakdown
+from pipebubble.spans import GPU_WORK, owner
+
+SHORT_KERNEL_NS = 10_000
+
+
+@dataclass(frozen=True)
+class GpuPart:
+    """One file's breakdown rows and its summaries' partial sums."""
+
+    rows: list[Breakdown]
+    stats: pl.DataFrame  # kind, name, count, total, min, max, median, sq (Σ dur², exact): GPU operations by name
+    api: pl.DataFrame  # name, count, total, max: runtime calls
+    ranges: pl.DataFrame  # name, count, total, max: annotation ranges
+    delay: dict  # count, total, max, median: launch delays (launch start to op start)
+    short: int = 0  # kernels shorter than SHORT_KERNEL_NS
+    # Duration value counts, for exact medians over several files (empty for a file that is the whole job):
+    ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, name, dur, n
+    delays: pl.DataFrame = field(default_factory=pl.DataFrame)  # dur, n
+
+
+def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False) -> GpuPart:
+    """Map: the breakdown of every GPU lane of ``spans`` (whole window, then each step) and the summaries'
+    parts: exact per-name statistics, and (unless the file is ``alone``, the whole job) the duration value
+    counts that keep medians exact when files are combined."""
+    gpu = gpu_ops(spans).with_row_index("row")
+    cpu = spans.filter(pl.col("device").is_null())
+    launch = _launched(gpu, cpu)
+    rows = rows_in_memory(gpu, cpu, launch, step_regex) if gpu.height else []
+    delays = launch.select(d=(pl.col("start") - pl.col("at")).clip(lower_bound=0))["d"]
+    return summarised(rows, gpu.lazy(), cpu.lazy(), delays, alone)
+
+
+def gpu_ops(spans: pl.DataFrame | pl.LazyFrame):
+    """The GPU operations the breakdown reads, with their class (``cls``) and ``owner``."""
+    return spans.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)).select(
+        "source", "lane", "rank", "pid", "device", "name", "start", "end", "correlation", cls=_class(), owner=owner()
+    )
+
+
+def summarised(
+    rows: list[Breakdown], gpu: pl.LazyFrame, cpu: pl.LazyFrame, delay: pl.Series, alone: bool, bounded: bool = False
+) -> GpuPart:
+    """The part of ``rows``: the per-name statistics of the GPU operations ``gpu``, the runtime calls and
+    ranges of ``cpu``, and the launch delays ``delay`` (one per launched operation), each a query that reads
+    only the columns it needs (``gpu`` and ``cpu`` may be scans of a spilled table). ``bounded``: the medians
+    in two passes that hold a few values per name (``medians.exact``), not every duration."""
+    dur = pl.col("end") - pl.col("start")
+    timed = gpu.select("name", "cls", "start", dur=dur)
+    sums = dict(
+        count=pl.len(),
+        total=pl.col("dur").sum(),
+        min=pl.col("dur").min(),
+        max=pl.col("dur").max(),
+        sq=(pl.col("dur").cast(pl.Int128) * pl.col("dur").cast(pl.Int128)).sum(),
+    )
+    stats = timed.group_by("name").agg(**sums, **({} if bounded else {"median": pl.col("dur").median()}))
+    # A name's class: that of its earliest operation (a name given to two classes is rare).
+    kinds = timed.group_by("name", kind=pl.col("cls").cast(pl.String)).agg(first=pl.col("start").min())
+    api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"])))
+    ranges = _calls(cpu.filter(pl.col("kind") == "annotation"))
+    short = timed.filter(pl.col("cls").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS)).select(pl.len())
+    ops = timed.group_by("name", "dur").agg(n=pl.len())
+    queries = [stats, kinds, api, ranges, short] + ([] if alone else [ops])
+    stats, kinds, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming")
+    kinds = kinds.sort("name", "first", "kind").unique("name", keep="first").select("name", "kind")
+    if bounded:
+        stats = stats.join(medians.exact(timed, "name", "dur"), on="name", how="left", nulls_equal=True)
+    named = pl.col("name").cast(pl.String)
+    stats = stats.join(kinds, on="name", nulls_equal=True).with_columns(named)
+    stats = stats.select("kind", "name", "count", "total", "min", "max", "median", "sq")
+    if rest:
+        rest = [rest[0].join(kinds, on="name", nulls_equal=True).with_columns(named).select("kind", "name", "dur", "n")]
+    summary = {"count": delay.len(), "total": int(delay.sum() or 0), "max": delay.max(), "median": delay.median()}
+    if alone:
+        return GpuPart(rows, stats, api, ranges, summary, short.item())
+    delays = delay.value_counts(name="n").rename({delay.name: "dur"})
+    return GpuPart(rows, stats, api, ranges, summary, short.item(), rest[0], delays)
+
+
+def _class() -> pl.Expr:
+    kind = pl.col("kind")
+    return (
+        pl.when(kind == "comm").then(pl.lit("comm"))
+        .when(kind.is_in(["memcpy", "memset"])).then(kind.cast(pl.String))
+        .otherwise(pl.lit("compute"))
+    )
+
+
+def _calls(frame: pl.LazyFrame) -> pl.LazyFrame:
+    dur = pl.col("end") - pl.col("start")
+    return frame.group_by("name").agg(count=pl.len(), total=dur.sum(), max=dur.max())
+
+
+def _launched(gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """row (of ``gpu``), at_lane, at, start: the runtime call that launched each GPU op (where one is known)
+    and the op's start.
+    Correlation ids are per file in Kineto (a GPU op has no pid) and per process in Nsight; a table of one
+    file is joined on the id alone."""
+    keys = ["correlation"] if gpu["source"].n_unique() <= 1 else ["source", "correlation"]
+    launches = launch_calls(cpu).select(*keys, "at_pid", "at_lane", "at")
+    ops = gpu.filter(pl.col("correlation").is_not_null()).select("row", "pid", "start", *keys)
+    joined = ops.join(launches, on=keys).filter(same_process())
+    if joined["row"].n_unique() < joined.height:  # an id launched twice (rare): the earliest launch
+        joined = joined.sort("row", "at", "at_lane").unique("row", keep="first", maintain_order=True)
+    return joined.select("row", "at_lane", "at", "start")
+
+
