@@ -148,10 +148,13 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
-    """A span table too big for memory, in Parquet files. Its lanes and GPU breakdown are computed in time
-    windows of the memory budget's size (``budget.rows_per_window``), first. Its stage work, collectives and
+    """A span table too big for memory, in Parquet files. Its lanes and GPU breakdown are computed first, in
+    time windows of the memory budget's size (``budget.rows_per_window``, shared by the two, which run side by
+    side). Its stage work, collectives and
     serving steps need the table whole, so it is read whole (after those) only when it may hold them: when
     the file is one of several ranks, or when its annotations carry engine step labels."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pipebubble import budget
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.stage_part import one_stage
@@ -160,8 +163,10 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)
     rows = budget.rows_per_window()
-    lanes = lane_table_windowed(scan, rows)
-    gpu = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows)
+    with ThreadPoolExecutor(1) as thread:  # each pass alone leaves a core idle much of the time
+        lanes = thread.submit(lane_table_windowed, scan, rows // 2)
+        gpu = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows // 2)
+        lanes = lanes.result()
     if options.files == 1 and one_stage(scan) and steps is None:
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
     del labels
