@@ -84,7 +84,7 @@ def jobs(draw) -> pl.DataFrame:
     return table(rows)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(jobs(), st.integers(1, 8), st.booleans())
 def test_windows_of_any_size_give_the_whole_tables_breakdown(frame, rows, alone):
     assert_same(windowed(frame, rows, alone), bd.gpu_part(frame, None, alone))
