@@ -204,6 +204,10 @@ def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, 
             configure_logging=False,
         )
     task = ray.remote(fn)
+    if scale.memory_budget is not None:  # a cluster's workers are not started from this process: tell them
+        from pipebubble import budget
+
+        task = task.options(runtime_env={"env_vars": {budget.ENV: str(scale.memory_budget)}})
     out = ray.get([task.remote(path, i, **kwargs) for path, i in jobs])
     if on_done:
         for path, _ in jobs:
