@@ -152,12 +152,13 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     time windows of the memory budget's size (``budget.rows_per_window``, shared by the two, which run side by
     side). Its stage work, collectives and
     serving steps need the table whole, so it is read whole (after those) only when it may hold them: when
-    the file is one of several ranks, or when its annotations carry engine step labels."""
+    the file is one of several ranks, may hold stages (``stage_part.holds_stages``: stage options, several
+    GPUs, a pipeline group, micro-batch labels), or its annotations carry engine step labels."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipebubble import budget
     from pipebubble.analysis.lanes import lane_table_windowed
-    from pipebubble.analysis.stage_part import one_stage
+    from pipebubble.analysis.stage_part import holds_stages
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     labels = scan.filter(pl.col("kind") == "annotation").collect()
@@ -167,7 +168,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         lanes = thread.submit(lane_table_windowed, scan, rows // 2)
         gpu = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows // 2)
         lanes = lanes.result()
-    if options.files == 1 and one_stage(scan) and steps is None:
+    if options.files == 1 and steps is None and not holds_stages(scan, options.pipeline, result.meta.get("pg_config")):
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
     del labels
     spans = scan.collect()

@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize(
     "where",
-    [("kineto", "resnet_ddp_a100_nccl_rank0.json.gz"), ("pipeline_cpu", "gpipe"), "serve_chunked_prefill"],
-    ids=["one-gpu-rank", "pipeline-folder", "serving"],
+    [("kineto", "resnet_ddp_a100_nccl_rank0.json.gz"), ("pipeline_cpu", "gpipe"), "serve_chunked_prefill",
+     ("pipeline_cpu", "interleaved1f1b", "rank2.pt.trace.json.gz"),
+     ("inference", "sglang_qwen3_8b_prefill_decode.json.gz")],
+    ids=["one-gpu-rank", "pipeline-folder", "serving", "one-labelled-rank-of-a-pipeline", "sglang"],
 )
 def test_spilled_report_equals_in_memory(where, monkeypatch):
     path = ROOT / "sample_traces" / where if isinstance(where, str) else shared(*where)

@@ -179,6 +179,18 @@ def _one_stage_of_many(spans: pl.DataFrame, options: PipelineOptions, groups: li
     return labels(spans, options.stages.microbatch_regex)[1] is not None
 
 
+def holds_stages(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, groups: list | None) -> bool:
+    """Whether a file that is the whole job can give a stage part (``stage_part`` with ``alone``): stage
+    options, several ranks or GPUs, a pipeline process group, or micro-batch labels. Told from the distinct
+    names, so a spilled table's scan is not read whole to tell."""
+    if options.stages.rules or options.stages.stage_by or options.stages.pp_size or not one_stage(spans):
+        return True
+    ranks = spans.lazy().select(pl.col("rank").drop_nulls().unique()).collect()["rank"].to_list()
+    if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
+        return True
+    return any(label_choices(spans, options.stages.microbatch_regex).values())
+
+
 def one_stage(spans: pl.DataFrame | pl.LazyFrame) -> bool:
     """One rank and at most one GPU: whatever the stage rule, a single stage (cheap to tell, unlike assigning)."""
     lazy = spans.lazy()
