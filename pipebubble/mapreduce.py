@@ -166,8 +166,10 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     rows = budget.rows_per_window()
     with ThreadPoolExecutor(1) as thread:  # each pass alone leaves a core idle much of the time
         lanes = thread.submit(lane_table_windowed, scan, rows // 2)
-        gpu = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows // 2)
+        gpu, warning = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows // 2)
         lanes = lanes.result()
+    if warning:
+        result = replace(result, warnings=[*result.warnings, warning])
     if options.files == 1 and steps is None and not holds_stages(scan, options.pipeline, result.meta.get("pg_config")):
         return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
     del labels
@@ -177,21 +179,33 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     return replace(part, file=replace(part.file, meta=result.meta))
 
 
-def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows: int) -> GpuPart:
+def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows: int) -> tuple[GpuPart, str | None]:
     """The GPU breakdown of the spilled table ``scan``, its narrow copies written to a private scratch folder
-    beside its spill folder (removed after, or by the next read if this one dies)."""
+    beside its spill folder (removed after, or by the next read if this one dies). Where that folder cannot
+    be written (a full or read-only volume), the copies are held in memory instead, with a warning: a cache
+    problem never fails an analysis."""
     from pipebubble.analysis.breakdown.windows import gpu_part_windowed, narrow
-    from pipebubble.ingest.cache import discard, new_spill
+    from pipebubble.ingest.cache import discard, disk_error, new_spill
 
-    scratch = new_spill(spill.parent.parent, None)
+    work, scratch, warning = spill.parent.parent, None, None
     try:
+        scratch = new_spill(work, None)
         tables = []
         for name, query in zip(("ops", "launches"), narrow(scan), strict=True):
             query.sink_parquet(scratch / f"{name}.parquet")
             tables.append(pl.scan_parquet(scratch / f"{name}.parquet"))
-        return gpu_part_windowed(scan, *tables, options.serving.step_regex, options.files == 1, rows)
+    except Exception as exc:
+        reason = disk_error(exc, work)
+        if reason is None:
+            raise
+        warning = f"{work}: {reason}; the GPU breakdown's narrow copies held in memory instead"
+        tables = [query.collect().lazy() for query in narrow(scan)]
+    try:
+        gpu = gpu_part_windowed(scan, *tables, options.serving.step_regex, options.files == 1, rows)
     finally:
-        discard(scratch)
+        if scratch is not None:
+            discard(scratch)
+    return gpu, warning
 
 
 def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:

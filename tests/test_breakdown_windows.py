@@ -172,3 +172,33 @@ def test_the_budget_flag(capsys, monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as done:
         cli.main(["analyze", str(sample), "--memory-budget", "1.5G", "--format", "json", "-q"])
     assert done.value.code == 0 and json.loads(capsys.readouterr().out)["pipeline"]
+
+
+def test_a_full_cache_volume_keeps_the_narrow_copies_in_memory(monkeypatch, tmp_path):
+    import errno
+
+    path = shared("kineto", "resnet_ddp_a100_nccl_rank0.json.gz")
+    in_memory = run([path], Options(), Scale(use_cache=False)).to_dict()
+    monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(budget.SPILL_ENV, "1")
+
+    from pipebubble.analysis.breakdown import windows
+
+    class Full:  # a query whose output the full volume refuses
+        def __init__(self, query):
+            self.query = query
+
+        def sink_parquet(self, target, *args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+        def collect(self):
+            return self.query.collect()
+
+    real = windows.narrow
+    monkeypatch.setattr(windows, "narrow", lambda scan: tuple(Full(q) for q in real(scan)))
+    report = run([path], Options(), Scale(use_cache=False)).to_dict()
+    warnings = report["ingest"].pop("warnings")
+    assert any("No space left on device" in w and "held in memory instead" in w for w in warnings), warnings
+    in_memory["ingest"].pop("warnings")
+    assert report == in_memory
+    assert not [p for p in (tmp_path / "spill").iterdir() if ".tmp-" in p.name], "no scratch folder left behind"
