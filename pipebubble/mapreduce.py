@@ -150,19 +150,26 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
     """A span table too big for memory, in Parquet files. Its lanes and GPU breakdown are computed first, in
     time windows of the memory budget's size (``budget.rows_per_window``, shared by the two, which run side by
-    side). Its stage work, collectives and
-    serving steps need the table whole, so it is read whole (after those) only when it may hold them: when
-    the file is one of several ranks, may hold stages (``stage_part.holds_stages``: stage options, several
-    GPUs, a pipeline group, micro-batch labels), or its annotations carry engine step labels."""
+    side). Then what its stage, collective and serving parts need:
+
+    - nothing more, for a file that is the whole job and can hold no stage (``stage_part.holds_stages``) nor
+      engine steps;
+    - its communication rows only (``registry.comm_rows``), for a rank of a job that holds no pipeline
+      evidence (``stage_part.no_evidence``) nor sign of engine steps (``registry.serving_ranks``): a data-,
+      fully sharded or expert-parallel rank;
+    - the table whole, otherwise (a pipeline stage, an engine's trace)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipebubble import budget
+    from pipebubble.analysis.collectives import participant_windows
     from pipebubble.analysis.lanes import lane_table_windowed
-    from pipebubble.analysis.stage_part import holds_stages
+    from pipebubble.analysis.registry import comm_of, comm_rows, serving_ranks
+    from pipebubble.analysis.stage_part import holds_stages, no_evidence
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     labels = scan.filter(pl.col("kind") == "annotation").collect()
     steps, _ = serving_part(labels, options)
+    del labels
     rows = budget.rows_per_window()
     with ThreadPoolExecutor(1) as thread:  # each pass alone leaves a core idle much of the time
         lanes = thread.submit(lane_table_windowed, scan, rows // 2)
@@ -170,9 +177,14 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         lanes = lanes.result()
     if warning:
         result = replace(result, warnings=[*result.warnings, warning])
-    if options.files == 1 and steps is None and not holds_stages(scan, options.pipeline, result.meta.get("pg_config")):
-        return FilePart(replace(result, spans=labels.clear()), lanes, None, None, [], None, gpu)
-    del labels
+    groups = result.meta.get("pg_config")
+    account = replace(result, spans=result.spans.clear())
+    if options.files == 1 and steps is None and not holds_stages(scan, options.pipeline, groups):
+        return FilePart(account, lanes, None, None, [], None, gpu)
+    if options.files > 1 and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
+        spans = comm_rows(scan)
+        comm = comm_of(spans, participant_windows(scan))
+        return FilePart(account, lanes, stages_part(spans, options, result.meta), None, [], comm, gpu)
     spans = scan.collect()
     part = _part(replace(result, spans=spans, meta={**result.meta, "spill": None}), options, lanes,
                  comm_part(spans, options), gpu)

@@ -202,3 +202,29 @@ def test_a_full_cache_volume_keeps_the_narrow_copies_in_memory(monkeypatch, tmp_
     in_memory["ingest"].pop("warnings")
     assert report == in_memory
     assert not [p for p in (tmp_path / "spill").iterdir() if ".tmp-" in p.name], "no scratch folder left behind"
+
+
+def test_spilled_ranks_of_a_job_that_is_not_a_pipeline_read_only_their_communication(monkeypatch, tmp_path):
+    """Two ranks of a 128-rank recommender job (no labels, no sends: data parallel): each spilled rank gives
+    its collectives and stage names from its communication rows and lanes, not from its whole table."""
+    from pipebubble.analysis import registry
+
+    ranks = sorted((ROOT.parent / "shared" / "traces" / "kineto").glob("recsys_128rank_sampled_rank-*.json.gz"))
+    if len(ranks) < 2:
+        pytest.skip("shared traces not present")
+    in_memory = run(ranks, Options(), Scale(use_cache=False)).to_dict()
+    read = []
+    whole = registry.comm_rows
+
+    def counted(scan):
+        rows = whole(scan)
+        read.append(rows.height)
+        return rows
+
+    monkeypatch.setattr(registry, "comm_rows", counted)
+    monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(budget.SPILL_ENV, "1")
+    spilled = run(ranks, Options(), Scale(use_cache=False, workers=1)).to_dict()
+    assert spilled == in_memory
+    total = sum(read_file(r, use_cache=False).meta["spans"] for r in ranks)  # spilled: counted, not held
+    assert len(read) == 2 and sum(read) < total / 2, (read, total)

@@ -77,17 +77,18 @@ def comm_ranges(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The file's communication ranges, each with its ``kind``: the outermost collective ranges, and the send
     and receive ranges outside every one of them (point-to-point; those inside are a collective's own)."""
     ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"]))
-    named = ranges.filter(pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(_NVTX))
+    named = ranges.filter(pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(NCCL_NVTX))
     named = named.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null())
     groups = top_level(named.filter(~pl.col("kind").is_in(P2P)))
     return groups, outside(named.filter(pl.col("kind").is_in(P2P)), groups)
 
 
-def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | None = None
-                    ) -> tuple[pl.DataFrame, dict]:
+def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+                    windows: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
     """Map: one file's collective calls (``CALL_COLUMNS``, plus its ``window`` rows: each participant's first
     and last traced instant, kind null) and facts: point-to-point send/recv counts and ProfilerStep lengths.
-    ``ranges``: the file's ``comm_ranges``, when already found."""
+    ``ranges``: the file's ``comm_ranges``, when already found; ``windows``: its ``participant_windows``,
+    when ``spans`` holds only the communication rows of a bigger table."""
     empty = pl.DataFrame(schema={c: t for c, t in _SCHEMA.items()})
     if spans.is_empty():
         return empty, {"p2p_send": 0, "p2p_recv": 0, "step_ns": []}
@@ -101,10 +102,7 @@ def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFram
     calls = pl.concat([gpu.select(own), cpu.with_columns(by_name=pl.lit(False)).select(own)], how="vertical_relaxed")
     calls = calls.filter(~pl.col("kind").is_in(P2P)).sort("who", "start", "end")
     calls = calls.with_columns(seq=pl.int_range(pl.len(), dtype=pl.Int64).over("who", "kind"))
-    who = spans.with_columns(who=participant())
-    windows = who.group_by("who").agg(
-        rank=pl.col("rank").first(), lane=pl.lit(None, pl.String), start=pl.col("start").min(), end=pl.col("end").max()
-    ).with_columns(kind=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64), by_name=pl.lit(None, pl.Boolean))
+    windows = participant_windows(spans) if windows is None else windows
     steps = spans.filter(pl.col("kind") == "step")
     facts = {
         "p2p_send": int(counts.get("send", 0)),
@@ -115,9 +113,17 @@ def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFram
     return out.cast(_SCHEMA), facts  # type: ignore[arg-type]
 
 
+def participant_windows(spans: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Each participant's first and last traced instant, as ``window`` rows of a collective part (kind null)."""
+    windows = spans.lazy().with_columns(who=participant()).group_by("who").agg(
+        rank=pl.col("rank").first(), lane=pl.lit(None, pl.String), start=pl.col("start").min(), end=pl.col("end").max()
+    ).with_columns(kind=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64), by_name=pl.lit(None, pl.Boolean))
+    return windows.collect()
+
+
 _SCHEMA = {"who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "kind": pl.String, "seq": pl.Int64,
            "start": pl.Int64, "end": pl.Int64, "by_name": pl.Boolean}
-_NVTX = r"^nccl[A-Z]"  # NCCL's own NVTX ranges (ncclSend, ncclAllReduce) as Nsight records them
+NCCL_NVTX = r"^nccl[A-Z]"  # NCCL's own NVTX ranges (ncclSend, ncclAllReduce) as Nsight records them
 
 
 def _p2p_counts(p2p: pl.DataFrame) -> dict[str, int]:

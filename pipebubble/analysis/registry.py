@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart, gpu_part
-from pipebubble.analysis.collectives import collective_part, comm_ranges
+from pipebubble.analysis.collectives import NCCL_NVTX, collective_part, comm_ranges
 from pipebubble.analysis.interference import interference
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart
@@ -26,7 +26,7 @@ from pipebubble.analysis.steps_inferred import DECODE_KERNELS, GRAPH_LAUNCH, STE
 from pipebubble.analysis.steps_llm import LABEL_PATTERNS as STEP_LABELS
 from pipebubble.options import Options
 from pipebubble.report import Interference, Segment
-from pipebubble.spans import GPU_WORK
+from pipebubble.spans import COMM_NAMES, GPU_WORK
 
 Meta = dict[str, Any] | None
 
@@ -87,9 +87,36 @@ def serving_ranks(spans: pl.DataFrame, options: Options) -> set[int] | None:
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
     """The file's collective calls per participant, its send/recv counts (``collectives``) and its
     point-to-point operations (``p2p``); no rows without communication."""
+    return comm_of(spans)
+
+
+def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None) -> CommPart:
+    """``comm_part`` of ``spans``; ``windows``: the participants' traced windows
+    (``collectives.participant_windows``), when ``spans`` holds only a bigger table's ``comm_rows``."""
     ranges = comm_ranges(spans)  # read once for both: a regex over every CPU range of the file
-    calls, facts = collective_part(spans, ranges)
+    calls, facts = collective_part(spans, ranges, windows)
     return CommPart(calls, facts, p2p_part(spans, ranges))
+
+
+def comm_rows(spans: pl.LazyFrame) -> pl.DataFrame:
+    """The rows of a big table that ``comm_part`` reads, and that ``stages_part`` reads of a file with no
+    pipeline evidence (``stage_part.no_evidence``), in the table's order: ranges named like communication,
+    annotations (labels), profiler steps, communication kernels and the calls that launched them, and the
+    first row of each lane (what names the stages)."""
+    kernels = (pl.col("kind") == "comm") & pl.col("device").is_not_null()
+    ids = spans.filter(kernels & pl.col("correlation").is_not_null()).select(pl.col("correlation").unique())
+    indexed = spans.with_row_index("_row")
+    firsts = indexed.group_by("rank", "pid", "device", "stream", "lane").agg(pl.col("_row").min())
+    ids, firsts = pl.collect_all([ids, firsts])
+    ranges = pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"])
+    wanted = (
+        kernels
+        | pl.col("kind").is_in(["annotation", "step"])
+        | (ranges & (pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(NCCL_NVTX)))
+        | ((pl.col("kind") == "runtime") & pl.col("correlation").is_in(ids["correlation"].implode()))
+        | pl.col("_row").is_in(firsts["_row"].implode())
+    )
+    return indexed.filter(wanted).drop("_row").collect()
 
 
 def breakdown_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> GpuPart:

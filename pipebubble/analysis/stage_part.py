@@ -125,7 +125,7 @@ def _by_rank(frame: pl.DataFrame, local: dict[int, int]) -> dict[int, pl.DataFra
     return {part.drop_in_place("_rank")[0]: part for part in parts}
 
 
-def _ranks_sending(spans: pl.DataFrame) -> set[int]:
+def _ranks_sending(spans: pl.DataFrame | pl.LazyFrame) -> set[int]:
     """The ranks whose CPU ranges name a send or receive (``_sends_or_receives`` per rank)."""
     ranges = spans.lazy().filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
     names = ranges.select("rank", "name").unique().filter(pl.col("name").str.contains(P2P_NAMES))
@@ -189,6 +189,17 @@ def holds_stages(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, g
     if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
         return True
     return any(label_choices(spans, options.stages.microbatch_regex).values())
+
+
+def no_evidence(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, groups: list | None) -> bool:
+    """Whether ``stage_part`` names the stages of this file (one of several) from its lanes alone: no stage
+    options, micro-batch labels, pipeline group, send or receive. Told from the distinct names."""
+    if options.stages.rules or options.stages.stage_by or options.stages.pp_size:
+        return False
+    ranks = spans.lazy().select(pl.col("rank").drop_nulls().unique()).collect()["rank"].to_list()
+    if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
+        return False
+    return not any(label_choices(spans, options.stages.microbatch_regex).values()) and not _ranks_sending(spans)
 
 
 def one_stage(spans: pl.DataFrame | pl.LazyFrame) -> bool:
