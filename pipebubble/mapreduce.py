@@ -163,13 +163,12 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     from pipebubble import budget
     from pipebubble.analysis.collectives import participant_windows
     from pipebubble.analysis.lanes import lane_table_windowed
-    from pipebubble.analysis.registry import comm_of, comm_rows, serving_ranks
+    from pipebubble.analysis.registry import comm_of, comm_rows, may_hold_steps, serving_ranks
     from pipebubble.analysis.stage_part import holds_stages, no_evidence
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
-    labels = scan.filter(pl.col("kind") == "annotation").collect()
-    steps, _ = serving_part(labels, options)
-    del labels
+    steps = serving_part(scan.filter(pl.col("kind") == "annotation").collect(), options)[0] if may_hold_steps(
+        scan, options) else None
     rows = budget.rows_per_window()
     with ThreadPoolExecutor(1) as thread:  # each pass alone leaves a core idle much of the time
         lanes = thread.submit(lane_table_windowed, scan, rows // 2)

@@ -84,6 +84,17 @@ def serving_ranks(spans: pl.DataFrame, options: Options) -> set[int] | None:
     return set(signs.filter(engine).select("rank").collect(engine=ENGINE)["rank"].to_list())
 
 
+def may_hold_steps(spans: pl.LazyFrame, options: Options) -> bool:
+    """Whether ``serving_part`` of a table's annotations alone can find engine steps: some annotation's
+    name is a step label (``--step-regex``'s, else the built-in ones) or an engine's step frame. Told from
+    the distinct names, so a big table's annotations are read only when they may hold steps."""
+    names = spans.filter(pl.col("kind") == "annotation").select(pl.col("name").unique())
+    regexes = [options.serving.step_regex] if options.serving.step_regex else [
+        *(regex for _, regex in STEP_LABELS), STEP_FRAMES]
+    hit = pl.any_horizontal(pl.col("name").str.contains(regex) for regex in regexes).any()
+    return bool(names.select(hit).collect().item())
+
+
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
     """The file's collective calls per participant, its send/recv counts (``collectives``) and its
     point-to-point operations (``p2p``); no rows without communication."""
