@@ -167,8 +167,9 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     from pipebubble.analysis.stage_part import holds_stages, no_evidence
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
-    steps = serving_part(scan.filter(pl.col("kind") == "annotation").collect(), options)[0] if may_hold_steps(
-        scan, options) else None
+    alone = options.files == 1
+    steps = serving_part(scan.filter(pl.col("kind") == "annotation").collect(), options)[0] if (
+        alone and may_hold_steps(scan, options)) else None  # several files: serving_ranks below tells
     rows = budget.rows_per_window()
     with ThreadPoolExecutor(1) as thread:  # each pass alone leaves a core idle much of the time
         lanes = thread.submit(lane_table_windowed, scan, rows // 2)
@@ -178,9 +179,9 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         result = replace(result, warnings=[*result.warnings, warning])
     groups = result.meta.get("pg_config")
     account = replace(result, spans=result.spans.clear())
-    if options.files == 1 and steps is None and not holds_stages(scan, options.pipeline, groups):
+    if alone and steps is None and not holds_stages(scan, options.pipeline, groups):
         return FilePart(account, lanes, None, None, [], None, gpu)
-    if options.files > 1 and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
+    if not alone and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
         spans = comm_rows(scan)
         comm = comm_of(spans, participant_windows(scan))
         return FilePart(account, lanes, stages_part(spans, options, result.meta), None, [], comm, gpu)

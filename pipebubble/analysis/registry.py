@@ -72,9 +72,8 @@ def serving_ranks(spans: pl.DataFrame, options: Options) -> set[int] | None:
         return None
     names = spans.lazy().select("rank", "kind", gpu=pl.col("device").is_not_null(), name="name").unique()
     cpu_range = (pl.col("kind") == "annotation") & ~pl.col("gpu")
-    label = pl.any_horizontal(pl.col("name").str.contains(regex) for _, regex in STEP_LABELS)
     signs = names.group_by("rank").agg(
-        label=(cpu_range & label).any(),
+        label=(cpu_range & _named_like(regex for _, regex in STEP_LABELS)).any(),
         training=((pl.col("kind") == "kernel") & pl.col("name").str.contains(TRAINING_KERNELS)).any(),
         frame=(cpu_range & pl.col("name").str.contains(STEP_FRAMES)).any(),
         decode=((pl.col("kind").is_in(GPU_WORK) & pl.col("gpu") & pl.col("name").str.contains(DECODE_KERNELS))
@@ -91,8 +90,12 @@ def may_hold_steps(spans: pl.LazyFrame, options: Options) -> bool:
     names = spans.filter(pl.col("kind") == "annotation").select(pl.col("name").unique())
     regexes = [options.serving.step_regex] if options.serving.step_regex else [
         *(regex for _, regex in STEP_LABELS), STEP_FRAMES]
-    hit = pl.any_horizontal(pl.col("name").str.contains(regex) for regex in regexes).any()
-    return bool(names.select(hit).collect().item())
+    return bool(names.select(_named_like(regexes).any()).collect().item())
+
+
+def _named_like(regexes) -> pl.Expr:
+    """A span whose name any of ``regexes`` matches."""
+    return pl.any_horizontal(pl.col("name").str.contains(regex) for regex in regexes)
 
 
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipebubble.analysis.intervals import ENGINE, merge
-from pipebubble.analysis.labels import label_choices, labels
+from pipebubble.analysis.labels import label_choices
 from pipebubble.analysis.stages import assign, pipeline_group
 from pipebubble.analysis.work import WORK_SCHEMA, labelled_work, stage_work
 from pipebubble.options import PipelineOptions
@@ -39,11 +39,11 @@ def stage_part(
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
     is ``alone`` (the whole job) and holds a single stage that is not known to be one stage of a pipeline
     (by micro-batch labels or its pipeline process group): no pipeline, so no work to label."""
-    explicit = options.stages.rules or options.stages.stage_by or options.stages.pp_size
+    explicit = _explicit(options)
     labelled = explicit or _one_stage_of_many(spans, options, groups)
     if alone and not explicit and one_stage(spans) and not labelled:
         return None
-    if not labelled and not _sends_or_receives(spans):
+    if not labelled and not _ranks_sending(spans):
         return _unlabelled(spans, options, world, groups)
     mapped = assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()
@@ -63,7 +63,7 @@ def stage_parts(spans: pl.DataFrame, options: PipelineOptions, groups: dict[int,
     the stage, grouped by rank wherever a file alone would be (files whose labels follow different patterns
     apart), and split by rank. Files that are not one stage each (explicit stage options, several GPUs in
     one rank) are left out: the caller maps them alone."""
-    if options.stages.rules or options.stages.stage_by or options.stages.pp_size:
+    if _explicit(options):
         return {}
     regex = options.stages.microbatch_regex
     choices, sends, gpus = label_choices(spans, regex), _ranks_sending(spans), _gpus(spans)
@@ -126,7 +126,7 @@ def _by_rank(frame: pl.DataFrame, local: dict[int, int]) -> dict[int, pl.DataFra
 
 
 def _ranks_sending(spans: pl.DataFrame | pl.LazyFrame) -> set[int]:
-    """The ranks whose CPU ranges name a send or receive (``_sends_or_receives`` per rank)."""
+    """The ranks whose CPU ranges name a send or receive (a rank of None where the trace names none)."""
     ranges = spans.lazy().filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
     names = ranges.select("rank", "name").unique().filter(pl.col("name").str.contains(P2P_NAMES))
     return set(names.select(pl.col("rank").unique()).collect(engine=ENGINE)["rank"].to_list())
@@ -150,11 +150,6 @@ _NO_EVIDENCE = {"pattern": None, "inferred": False, "mode": "cpu", "no_evidence"
 P2P_NAMES = r"(?i)(^|[:_])i?(send|recv)\b|^(c10d::)?(send|recv_)|ncclSend|ncclRecv|^PP:\d+(SEND|RECV)_"
 
 
-def _sends_or_receives(spans: pl.DataFrame) -> bool:
-    ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
-    return bool(ranges.select(pl.col("name").str.contains(P2P_NAMES).any()).item())
-
-
 def _unlabelled(spans: pl.DataFrame, options: PipelineOptions, world: int | None, groups: list | None) -> StagePart:
     """A file that holds no pipeline evidence of its own (no labels, no pipeline group, no send or receive):
     its stages' names only, so the reduce can say how many ranks are not a pipeline, without the cost of
@@ -170,36 +165,33 @@ def _keys_frame(spans: pl.DataFrame) -> pl.DataFrame:
     return spans.unique(["rank", "pid", "device", "stream", "lane"], keep="first")
 
 
-def _one_stage_of_many(spans: pl.DataFrame, options: PipelineOptions, groups: list | None) -> bool:
-    """One rank that says it is a pipeline stage: its passes carry micro-batch labels, or it is in a
-    pipeline process group."""
-    ranks = spans["rank"].drop_nulls().unique().to_list()
-    if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
-        return True
-    return labels(spans, options.stages.microbatch_regex)[1] is not None
-
-
 def holds_stages(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, groups: list | None) -> bool:
     """Whether a file that is the whole job can give a stage part (``stage_part`` with ``alone``): stage
     options, several ranks or GPUs, a pipeline process group, or micro-batch labels. Told from the distinct
     names, so a spilled table's scan is not read whole to tell."""
-    if options.stages.rules or options.stages.stage_by or options.stages.pp_size or not one_stage(spans):
-        return True
-    ranks = spans.lazy().select(pl.col("rank").drop_nulls().unique()).collect()["rank"].to_list()
-    if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
-        return True
-    return any(label_choices(spans, options.stages.microbatch_regex).values())
+    return _explicit(options) or not one_stage(spans) or _one_stage_of_many(spans, options, groups)
 
 
 def no_evidence(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, groups: list | None) -> bool:
     """Whether ``stage_part`` names the stages of this file (one of several) from its lanes alone: no stage
     options, micro-batch labels, pipeline group, send or receive. Told from the distinct names."""
-    if options.stages.rules or options.stages.stage_by or options.stages.pp_size:
+    if _explicit(options) or _one_stage_of_many(spans, options, groups):
         return False
+    return not _ranks_sending(spans)
+
+
+def _explicit(options: PipelineOptions) -> bool:
+    """Stages the user gave (rules, ``--stage-by``, ``--pp-size``) rather than ones the trace must show."""
+    return bool(options.stages.rules or options.stages.stage_by or options.stages.pp_size)
+
+
+def _one_stage_of_many(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, groups: list | None) -> bool:
+    """One rank that says it is a pipeline stage: it is in a pipeline process group, or its passes carry
+    micro-batch labels. Told from the distinct ranks and names, so a spilled table's scan is not read whole."""
     ranks = spans.lazy().select(pl.col("rank").drop_nulls().unique()).collect()["rank"].to_list()
     if len(ranks) == 1 and pipeline_group(groups or [], ranks[0]) is not None:
-        return False
-    return not any(label_choices(spans, options.stages.microbatch_regex).values()) and not _ranks_sending(spans)
+        return True
+    return any(label_choices(spans, options.stages.microbatch_regex).values())
 
 
 def one_stage(spans: pl.DataFrame | pl.LazyFrame) -> bool:

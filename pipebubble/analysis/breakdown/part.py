@@ -111,8 +111,13 @@ def _launched(gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     keys = ["correlation"] if gpu["source"].n_unique() <= 1 else ["source", "correlation"]
     launches = launch_calls(cpu).select(*keys, "at_pid", "at_lane", "at")
     ops = gpu.filter(pl.col("correlation").is_not_null()).select("row", "pid", "start", *keys)
-    joined = ops.join(launches, on=keys).filter(same_process())
-    if joined["row"].n_unique() < joined.height:  # an id launched twice (rare): the earliest launch
+    return earliest(ops.join(launches, on=keys).filter(same_process()))
+
+
+def earliest(joined: pl.DataFrame) -> pl.DataFrame:
+    """row, at_lane, at, start: of ops (``row``) joined with the calls that share their correlation id, each
+    op's earliest launch (an id launched twice is rare)."""
+    if joined["row"].n_unique() < joined.height:
         joined = joined.sort("row", "at", "at_lane").unique("row", keep="first", maintain_order=True)
     return joined.select("row", "at_lane", "at", "start")
 

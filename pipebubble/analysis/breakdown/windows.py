@@ -25,7 +25,7 @@ import polars as pl
 from pipebubble.analysis.breakdown import part
 from pipebubble.analysis.breakdown import rows as by_lane
 from pipebubble.analysis.intervals import merge
-from pipebubble.analysis.launches import same_process
+from pipebubble.analysis.launches import launch_calls, same_process
 from pipebubble.report import Breakdown
 
 _CAT = pl.Categorical
@@ -39,10 +39,8 @@ def narrow(scan: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         pl.col("lane").cast(_CAT), pl.col("cls").cast(_CAT), "owner", "rank", "pid", "device", "start", "end",
         "correlation",
     )
-    calls = scan.filter(
-        pl.col("device").is_null() & (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-    )
-    return ops, calls.select("correlation", at_pid="pid", at_lane=pl.col("lane").cast(_CAT), at="start")
+    calls = launch_calls(scan.filter(pl.col("device").is_null()))
+    return ops, calls.select("correlation", "at_pid", pl.col("at_lane").cast(_CAT), "at")
 
 
 def gpu_part_windowed(
@@ -122,10 +120,7 @@ class _Passes:
     def _launched(self, own: pl.DataFrame) -> pl.DataFrame:
         """row, at_lane, at, start: the earliest call that launched each op of ``own`` (where one is known)."""
         keyed = own.filter(pl.col("correlation").is_not_null()).select("row", "correlation", "pid", "start")
-        joined = self.launches.join(keyed.lazy(), on="correlation").filter(same_process()).collect()
-        if joined["row"].n_unique() < joined.height:  # an id launched twice (rare): the earliest launch
-            joined = joined.sort("row", "at", "at_lane").unique("row", keep="first")
-        return joined.select("row", "at_lane", "at", "start")
+        return part.earliest(self.launches.join(keyed.lazy(), on="correlation").filter(same_process()).collect())
 
 
 def _named(frame: pl.DataFrame) -> pl.DataFrame:
