@@ -7,6 +7,8 @@ CPU work (``rank0/cpu/123``); per-stream lanes are derived from it (``rank0/gpu0
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import polars as pl
 
 KINDS = (
@@ -97,16 +99,19 @@ SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
+
+
 def empty() -> pl.DataFrame:
     """A span table with no rows."""
     return pl.DataFrame(schema=SCHEMA)
 
 
-def conform(frame: pl.DataFrame) -> pl.DataFrame:
-    """Cast ``frame`` to the span schema: missing columns become null, extra ones are dropped."""
-    cols = [
-        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in SCHEMA.items()
-    ]
+def conform(frame: Frame) -> Frame:
+    """Cast ``frame`` to the span schema: missing columns become null, extra ones are dropped. A lazy frame
+    stays lazy (a reader's last step of its plan, not a query of its own)."""
+    names = frame.collect_schema().names()
+    cols = [(pl.col(c) if c in names else pl.lit(None)).cast(t).alias(c) for c, t in SCHEMA.items()]
     return frame.select(cols)
 
 

@@ -69,6 +69,19 @@ class Nvtx:
 
 
 @dataclass
+class Mem:
+    """A ``CUDA_GPU_MEMORY_USAGE_EVENTS`` row: ``op`` 0 allocation, 1 free; ``kind`` as ``ENUM_CUDA_MEM_KIND``
+    numbers it (0 pageable, 1 pinned, 2 device, 3 array, 4 managed, 5 device static, ...)."""
+
+    pid: int
+    device: int
+    ts: int
+    bytes: int
+    op: int = 0
+    kind: int = 2
+
+
+@dataclass
 class Trace:
     gpu: list[Gpu] = field(default_factory=list)
     nvtx: list[Nvtx] = field(default_factory=list)
@@ -80,6 +93,9 @@ class Trace:
     strings: dict[str, int] = field(default_factory=dict)
     capture: list[tuple[str, str]] = field(default_factory=list)  # META_DATA_CAPTURE rows (name, value)
     schema_entries: list[tuple] = field(default_factory=list)  # NVTX_PAYLOAD_SCHEMA_ENTRIES rows
+    memory: list[Mem] = field(default_factory=list)  # CUDA_GPU_MEMORY_USAGE_EVENTS (--cuda-memory-usage=true)
+    gpus: list[tuple[int, int]] = field(default_factory=list)  # TARGET_INFO_GPU rows (id, totalMemory)
+    cuda_devices: list[tuple[int, int, int]] = field(default_factory=list)  # (gpuId, cudaId, pid) rows
 
     def sid(self, text: str) -> int:
         return self.strings.setdefault(text, len(self.strings) + 1)
@@ -150,6 +166,7 @@ def write(trace: Trace, path: Path, layout: str = "2026") -> Path:
             "INSERT INTO PROCESSES VALUES (?, ?, ?)", [(gpid(p), p, n) for p, n in trace.processes.items()]
         )
         _write_ranks(conn, trace)
+        _write_memory(conn, trace, layout, offset)
     conn.close()
     return path
 
@@ -163,6 +180,39 @@ def _write_ranks(conn: sqlite3.Connection, trace: Trace) -> None:
         conn.executemany(
             f"INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES ({', '.join('?' * 9)})", trace.schema_entries
         )
+
+
+#: CUDA_GPU_MEMORY_USAGE_EVENTS with the columns public exports show (those this reader reads, and some others).
+_MEMORY = (
+    "start INTEGER NOT NULL, globalPid INTEGER, deviceId INTEGER, contextId INTEGER, address INTEGER, pc INTEGER, "
+    "bytes INTEGER, memKind INTEGER, memoryOperationType INTEGER, name TEXT, correlationId INTEGER, streamId INTEGER"
+)
+MEM_KIND_NAMES = ["PAGEABLE", "PINNED", "DEVICE", "ARRAY", "MANAGED", "DEVICE_STATIC", "MANAGED_STATIC", "UNKNOWN"]
+
+
+def _write_memory(conn: sqlite3.Connection, trace: Trace, layout: str, offset: int) -> None:
+    """The allocator events, TARGET_INFO_GPU and TARGET_INFO_CUDA_DEVICE; the enum tables in the 2026 layout."""
+    if trace.memory:
+        conn.execute(f"CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS ({_MEMORY})")
+        rows = [(m.ts + offset, gpid(m.pid), m.device, 1, 0x7F0000 + n, 0, m.bytes, m.kind, m.op, None, n, 7)
+                for n, m in enumerate(trace.memory)]  # fmt: skip
+        conn.executemany(f"INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES ({', '.join('?' * 12)})", rows)
+    if trace.memory and layout == "2026":
+        kinds = [(i, f"CUDA_MEMOPR_MEMORY_KIND_{k}", k.title()) for i, k in enumerate(MEM_KIND_NAMES)]
+        opers = [(0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"),
+                 (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation")]  # fmt: skip
+        for table, rows in (("ENUM_CUDA_MEM_KIND", kinds), ("ENUM_CUDA_DEV_MEM_EVENT_OPER", opers)):
+            conn.execute(f"CREATE TABLE {table} (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)")
+            conn.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", rows)
+    if trace.gpus:
+        conn.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER NOT NULL, name TEXT, busLocation TEXT, "
+                     "totalMemory INTEGER, smCount INTEGER, chipName TEXT)")  # fmt: skip
+        rows = [(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0", total, 132, "GH100") for i, total in trace.gpus]
+        conn.executemany("INSERT INTO TARGET_INFO_GPU VALUES (?, ?, ?, ?, ?, ?)", rows)
+    if trace.cuda_devices:
+        conn.execute("CREATE TABLE TARGET_INFO_CUDA_DEVICE (gpuId INTEGER, cudaId INTEGER, pid INTEGER, uuid TEXT, "
+                     "numMultiprocessors INTEGER)")  # fmt: skip
+        conn.executemany("INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (?, ?, ?, NULL, 132)", trace.cuda_devices)
 
 
 def _write_meta(conn: sqlite3.Connection, layout: str) -> None:

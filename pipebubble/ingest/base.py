@@ -26,3 +26,5 @@ class FileResult:
     warnings: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     format: str = ""
+    #: Allocator events (``allocations.SCHEMA``), None where the format or the file has none.
+    memory: pl.DataFrame | None = None

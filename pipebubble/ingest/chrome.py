@@ -18,9 +18,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipebubble import spans
+from pipebubble import allocations, spans
 from pipebubble.ingest import jsonpairs, jsontrace
 from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.jsoncolumns import ENGINE
+from pipebubble.ingest.jsonevents import MEMORY_PHASE
 
 # Category -> kind. Old Kineto names (Kernel, Memcpy, Runtime) included; matching is case-insensitive.
 CATEGORY_KINDS = {
@@ -91,10 +93,12 @@ def read(
     if any(decoded.phases[ph] for ph in PAIRED_PHASES):  # most traces have none to pair
         paired, unmatched = jsonpairs.paired_spans(events)
         skipped.update(unmatched)
-        paired_spans, off_device = _to_spans(paired, str(path), rank)
-        skipped.update(off_device)
+        table, reasons = _to_spans(paired.lazy().with_columns(reason=pl.lit(None, pl.String)), str(path), rank)
+        paired_spans, reasons = pl.collect_all([table, reasons], engine=ENGINE)
+        skipped.update(Counter(dict(reasons.iter_rows())))
         parts.append(paired_spans)
     table = pl.concat(parts, how="vertical") if parts else spans.empty()
+    memory = allocations.with_running_totals(pl.concat(decoded.memory)) if decoded.memory else None
     spilled = {}
     if spill is not None:
         _write_part(table, str(spill))
@@ -107,16 +111,17 @@ def read(
         warnings.append(
             f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
         )
+    process_names, thread_names = _names(events) if decoded.phases["M"] else ({}, {})
     meta = {
         **header,
         "rank": rank,
         "unread_bytes": decoded.unread_bytes,
-        "process_names": _names(events, "process_name"),
-        "thread_names": _names(events, "thread_name"),
+        "process_names": process_names,
+        "thread_names": thread_names,
         **spilled,
     }
     fmt = "kineto" if header.get("kineto") else "chrome"
-    return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt)
+    return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt, memory)
 
 
 def _repair_warnings(path: Path, decoded: jsontrace.Decoded) -> list[str]:
@@ -149,25 +154,57 @@ def block_spans(
 ) -> tuple[pl.DataFrame, pl.DataFrame, Counter, list[str]]:
     """One block's complete events as spans (written to a Parquet file in ``spill`` instead, when given);
     the events to pair or name later (with ``base`` added), the count of events not kept, and the file
-    written.
+    written. One lazy plan, run once for all three (a small file's fixed cost is its queries).
 
     ``ts_ns`` and ``base`` both lie strictly within ±2**62, so their sum cannot overflow; a sum beyond the
     limit marks the event ``out_of_range``."""
     limit = spans.TIME_LIMIT_NS
     ts = pl.col("ts_ns") + base
-    events = events.with_columns(
+    events = events.lazy().with_columns(
         ts_ns=pl.when(ts.abs() < limit).then(ts),
         skip=pl.coalesce("skip", pl.when(ts.abs() >= limit).then(pl.lit("out_of_range"))),
     )
-    complete, skipped = _complete_spans(events)
-    rest = events.filter(pl.col("ph").is_in(["B", "E", "b", "e", "M"]))
-    table, off_device = _to_spans(complete, source, rank)
-    skipped.update(off_device)
+    table, reasons = _to_spans(_complete_spans(events), source, rank)
+    memory, memory_reasons = _allocator_events(events, source, rank)
+    rest = events.filter(pl.col("ph").is_in([*PAIRED_PHASES, "M"]))
+    rest, table, reasons, memory, memory_reasons = pl.collect_all(
+        [rest, table, reasons, memory, memory_reasons], engine=ENGINE)
     written = []
     if spill is not None:
         written = _write_part(table, spill)
         table = table.clear()
-    return rest, table, skipped, written
+    skipped = Counter(dict(reasons.iter_rows())) + Counter(dict(memory_reasons.iter_rows()))
+    return rest, table, skipped, written, memory
+
+
+def _allocator_events(events: pl.LazyFrame, source: str, rank: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The block's allocator events (phase "i", ``[memory]``) as rows of the allocator-event table, without
+    running totals (``allocations.with_running_totals`` adds them over the whole file), and the count of
+    those not kept by reason: a bad time (``skip``), no bytes (``memory_bad_value``), a GPU without an Int32
+    device id (``device_out_of_range``). ``Device Type`` is c10's number (0 CPU, 1 CUDA); without one, a
+    ``Device Id`` of -1 is host memory and any other a GPU's."""
+    rows = events.filter(pl.col("ph") == "i")
+    kind = pl.col("mem_type").replace_strict(allocations.DEVICE_TYPES, default=pl.format("type{}", pl.col("mem_type")),
+                                             return_dtype=pl.String)
+    kind = pl.when(pl.col("mem_type").is_null()).then(
+        pl.when(pl.col("mem_device") == -1).then(pl.lit("cpu")).otherwise(pl.lit("cuda"))).otherwise(kind)
+    rows = rows.with_columns(device_type=kind)
+    gpu = pl.col("device_type") != "cpu"
+    bad_device = gpu & (pl.col("mem_device").is_null() | (pl.col("mem_device") < 0) | (pl.col("mem_device") >= _INT32))
+    reason = pl.coalesce(
+        "skip",
+        pl.when(pl.col("ts_ns").is_null()).then(pl.lit("bad_time")),
+        pl.when(pl.col("mem_bytes").is_null()).then(pl.lit("memory_bad_value")),
+        pl.when(bad_device).then(pl.lit("device_out_of_range")),
+    )
+    rows = rows.with_columns(reason=reason)
+    reasons = rows.filter(pl.col("reason").is_not_null()).group_by("reason").len()
+    kept = rows.filter(pl.col("reason").is_null()).with_columns(
+        device=pl.when(gpu).then(pl.col("mem_device")), rank=pl.lit(rank), source=pl.lit(source))
+    kept = kept.with_columns(lane=allocations.lane(pl.lit(f"rank{rank}")))
+    table = allocations.conform(kept.rename({"ts_ns": "ts", "mem_bytes": "bytes", "mem_allocated": "allocated",
+                                             "mem_reserved": "reserved"}).drop("mem_type", "mem_device"))
+    return table, reasons
 
 
 def _spilled_rows(folder: Path) -> int:
@@ -190,65 +227,47 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
     """Every phase that never becomes a span, counted by what it is."""
     skipped: Counter[str] = Counter()
     for ph, n in phases.items():
-        if ph not in ("X", "B", "E", "b", "e"):
+        if ph not in ("X", "B", "E", "b", "e", MEMORY_PHASE):
             skipped[_NOT_SPANS.get(ph, f"phase {ph!r}")] += n
     return skipped
 
 
-def _complete_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
-    """``X`` events with a valid time as span rows; those without, and Kineto's own profile span, counted.
-    Start and duration are each below 2**62, so their sum cannot overflow; an end beyond the limit is
-    ``out_of_range``."""
-    x = events.filter(pl.col("ph") == "X")
-    end = pl.col("ts_ns") + pl.col("dur_ns")
-    reason = pl.coalesce(
-        "skip",
-        pl.when(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0)).then(
-            pl.lit("bad_time")
-        ),
-        pl.when(end >= spans.TIME_LIMIT_NS).then(pl.lit("out_of_range")),
-        pl.when(pl.col("cat") == "Trace").then(pl.lit("profiler_trace")),  # Kineto's own whole-profile span
+def _complete_spans(events: pl.LazyFrame) -> pl.LazyFrame:
+    """``X`` events as span rows, with the ``reason`` those without a valid time, and Kineto's own profile
+    span, are not kept for (null for the others)."""
+    return events.filter(pl.col("ph") == "X").select(
+        "cat", "name", "pid", "tid", "external_id", "correlation", start=pl.col("ts_ns"), end=_END, reason=_REASON
     )
-    x = x.with_columns(reason=reason)
-    skipped = jsonpairs.count(x["reason"])
-    return x.filter(pl.col("reason").is_null()).select(
-        "cat",
-        "name",
-        "pid",
-        "tid",
-        "external_id",
-        "correlation",
-        start=pl.col("ts_ns"),
-        end=end,
-    ), skipped
 
 
-def _to_spans(raw: pl.DataFrame, source: str, rank: int) -> tuple[pl.DataFrame, Counter[str]]:
-    """Categories to kinds, GPU events to (device, stream), lanes named; GPU events whose pid (the device)
-    does not fit Int32 are counted as ``device_out_of_range``. Names and ids repeat heavily, so the regexes
-    and string formatting run once per distinct value and are joined back."""
-    kinds = raw.select("cat", "name").unique().with_columns(kind=_kind(), on_device=_on_device())
-    frame = raw.join(kinds, on=["cat", "name"], how="left", nulls_equal=True, maintain_order="left")
-    off = frame["on_device"] & ((frame["pid"] < -_INT32) | (frame["pid"] >= _INT32)).fill_null(False)
-    skipped = Counter({"device_out_of_range": off.sum()}) if off.any() else Counter()
-    frame = frame.filter(~off).with_columns(
+def _to_spans(raw: pl.LazyFrame, source: str, rank: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Span rows (``raw`` has a ``reason`` to skip, null to keep) to the span table: categories to kinds,
+    GPU events to (device, stream), lanes named; and the count of rows not kept by reason (``reason``,
+    ``len``), GPU events whose pid (the device) does not fit Int32 as ``device_out_of_range``. Names and
+    ids repeat heavily, so the regexes and string formatting run once per distinct category, name, pid and
+    tid, joined back. Both are lazy: collected together, they share one pass."""
+    off = pl.col("on_device") & ((pl.col("pid") < -_INT32) | (pl.col("pid") >= _INT32)).fill_null(False)
+    frame = raw.with_columns(on_device=_ON_DEVICE).with_columns(
+        reason=pl.coalesce("reason", pl.when(off).then(pl.lit("device_out_of_range")))
+    )
+    reasons = frame.filter(pl.col("reason").is_not_null()).group_by("reason").len()
+    kept = frame.filter(pl.col("reason").is_null())
+    keys = ["cat", "name", "pid", "tid"]
+    lane = (
+        pl.when("on_device")
+        .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("pid")))
+        .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
+    )
+    looks = kept.select(*keys, "on_device").unique(keys).select(*keys, kind=_KIND, lane=lane)
+    table = kept.join(looks, on=keys, how="left", nulls_equal=True, maintain_order="left").with_columns(
         device=pl.when("on_device").then(pl.col("pid")),
         stream=pl.when("on_device").then(pl.col("tid")),
         pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
         tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
+        source=pl.lit(source),
+        rank=pl.lit(rank),
     )
-    ids = ["on_device", "pid", "tid", "device"]
-    lanes = (
-        frame.select(ids)
-        .unique()
-        .with_columns(
-            lane=pl.when("on_device")
-            .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("device")))
-            .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
-        )
-    )
-    frame = frame.join(lanes, on=ids, how="left", nulls_equal=True, maintain_order="left")
-    return spans.conform(frame.with_columns(source=pl.lit(source), rank=pl.lit(rank))), skipped
+    return spans.conform(table), reasons
 
 
 def _kind() -> pl.Expr:
@@ -275,10 +294,42 @@ def _on_device() -> pl.Expr:
     return on.fill_null(False)
 
 
-def _names(events: pl.DataFrame, which: str) -> dict[str, str]:
-    rows = events.filter((pl.col("ph") == "M") & (pl.col("name") == which) & pl.col("arg_name").is_not_null())
-    key = ["pid"] if which == "process_name" else ["pid", "tid"]
-    out = rows.select(
-        key=pl.concat_str([pl.col(k).cast(pl.String) for k in key], separator="/"), value=pl.col("arg_name")
+def _reason() -> pl.Expr:
+    """Why an ``X`` event is not kept (null: kept). Start and duration are each below 2**62, so their sum
+    cannot overflow; an end beyond the limit is ``out_of_range``."""
+    return pl.coalesce(
+        "skip",
+        pl.when(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0)).then(
+            pl.lit("bad_time")
+        ),
+        pl.when(_END >= spans.TIME_LIMIT_NS).then(pl.lit("out_of_range")),
+        pl.when(pl.col("cat") == "Trace").then(pl.lit("profiler_trace")),  # Kineto's own whole-profile span
     )
-    return dict(out.unique("key", keep="last").iter_rows())
+
+
+# Built once: a small file's plan costs more to build than to run.
+_END = pl.col("ts_ns") + pl.col("dur_ns")
+_KIND, _ON_DEVICE, _REASON = _kind(), _on_device(), _reason()
+
+
+def _names(events: pl.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
+    """Process names by pid and thread names by ``pid/tid``, from the metadata events (the last of each
+    wins), in one query."""
+    process = pl.col("name") == "process_name"
+    ids = [pl.col(c).cast(pl.String) for c in ("pid", "tid")]
+    rows = (
+        events.lazy()
+        .filter(
+            (pl.col("ph") == "M")
+            & pl.col("name").is_in(["process_name", "thread_name"])
+            & pl.col("arg_name").is_not_null()
+        )
+        .select(process=process, key=pl.when(process).then(ids[0]).otherwise(pl.concat_str(ids, separator="/")),
+                value="arg_name")
+        .unique(["process", "key"], keep="last", maintain_order=True)
+        .collect(engine=ENGINE)
+    )
+    names: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    for is_process, key, value in rows.iter_rows():
+        names[0 if is_process else 1][key] = value
+    return names

@@ -50,11 +50,12 @@ class Block:
     skipped: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
     written: list[str] = field(default_factory=list)
+    memory: pl.DataFrame | None = None
 
 
 #: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts, files
-#: written: a spilled block's Parquet part) out.
-Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter, list[str]]]
+#: written: a spilled block's Parquet part, allocator events) out.
+Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter, list[str], pl.DataFrame]]
 
 
 class Unverified(Exception):
@@ -163,8 +164,8 @@ def _block(block: bytes, fn: Finish | None) -> Block:
     decoded = decode_block(block)
     if fn is None:
         return Block(decoded.frame, decoded.phases, repairs=decoded.repairs)
-    rest, spans, skipped, written = fn(decoded.frame)
-    return Block(rest, decoded.phases, spans, skipped, decoded.repairs, written)
+    rest, spans, skipped, written, memory = fn(decoded.frame)
+    return Block(rest, decoded.phases, spans, skipped, decoded.repairs, written, memory)
 
 
 def _discard(results: list) -> None:

@@ -9,6 +9,7 @@ fraction) is read again from its text (``exact_ts``).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any
 
@@ -20,52 +21,83 @@ from pipebubble.spans import TIME_LIMIT_NS
 _EXACT_FLOAT_US = 2.0**43
 _LIMIT_US = TIME_LIMIT_NS / 1000
 _INT64 = 2**63
+#: The polars engine of a block's plans: the streaming engine's start-up costs more than the work of a block
+#: (and of a small file's pairs and names); eager operations run in memory too.
+ENGINE = "in-memory"
 
 
-def build_frame(columns: dict[str, list]) -> pl.DataFrame:
+def build_frame(columns: dict[str, list | pl.Series], constants: dict[str, Any] | None = None) -> pl.DataFrame:
     """``COLUMNS`` (plus ``big``: ts needs its text read) from per-field lists: ``ts``/``dur`` in float µs,
-    pid/tid as ints or strings, ``skip`` (optional) as reasons found while decoding."""
+    pid/tid as ints or strings, ``skip`` (optional) as reasons found while decoding. A field absent from
+    ``columns`` takes its value in ``constants`` (default null) on every row: a block of complete events only
+    builds no list of ``"X"`` nor of nulls. One query."""
+    constants = constants or {}
     pid, pid_bad = _ids(columns["pid"])
     tid, tid_bad = _ids(columns["tid"])
-    n = len(pid)
-    frame = pl.DataFrame(
-        {
-            "ph": pl.Series(columns["ph"], dtype=pl.String),
-            "cat": pl.Series(columns["cat"], dtype=pl.String),
-            "name": pl.Series(columns["name"], dtype=pl.String),
-            "pid": pid,
-            "tid": tid,
-            "ts_us": pl.Series(columns["ts"], dtype=pl.Float64, strict=False),
-            "dur_us": pl.Series(columns["dur"], dtype=pl.Float64, strict=False),
-            "id": pl.Series(columns["id"], dtype=pl.String),
-            "external_id": pl.Series(columns["external_id"], dtype=pl.Int64, strict=False),
-            "correlation": pl.Series(columns["correlation"], dtype=pl.Int64, strict=False),
-            "arg_name": pl.Series(columns["arg_name"], dtype=pl.String),
-            "id_bad": pid_bad | tid_bad,
-            "skip": pl.Series(columns.get("skip") or [None] * n, dtype=pl.String),
-        }
-    )
-    ts_ok, dur_ok = _in_range(pl.col("ts_us")), _in_range(pl.col("dur_us"))
-    out_of_range = (pl.col("ts_us").is_not_null() & ~ts_ok) | (pl.col("dur_us").is_not_null() & ~dur_ok)
-    return frame.select(
-        "ph",
-        "cat",
-        "name",
-        "pid",
-        "tid",
-        ts_ns=pl.when(ts_ok).then(_us_to_ns(pl.col("ts_us"))),
-        dur_ns=pl.when(dur_ok).then((pl.col("dur_us") * 1000).round().cast(pl.Int64, strict=False)),
-        id="id",
-        external_id="external_id",
-        correlation="correlation",
-        arg_name="arg_name",
-        skip=pl.coalesce(
-            "skip",
-            pl.when(pl.col("id_bad")).then(pl.lit("id_out_of_range")),
+    raw = {"pid": pid, "tid": tid}
+    for name, dtype in _COLUMN_TYPES.items():
+        if name in columns:
+            raw[name] = pl.Series(columns[name], dtype=dtype, strict=dtype == pl.String)  # numbers: non-strict
+    bad = [b for b in (pid_bad, tid_bad) if b is not None]
+    if bad:
+        raw["id_bad"] = bad[0] | bad[1] if len(bad) == 2 else bad[0]
+    return pl.DataFrame(raw).select(_converted(frozenset(raw), tuple(sorted(constants.items()))))
+
+
+@functools.lru_cache(maxsize=64)
+def _converted(present: frozenset[str], constants: tuple[tuple[str, Any], ...]) -> list[pl.Expr]:
+    """``build_frame``'s expressions for a frame of the ``present`` columns, the others ``constants`` (or
+    null): built once per shape, as building them costs a small block more than running them."""
+    fixed = dict(constants)
+
+    def column(name: str) -> pl.Expr:
+        return pl.col(name) if name in present else pl.lit(fixed.get(name), _COLUMN_TYPES[name]).alias(name)
+
+    ts_us, dur_us = column("ts"), column("dur")
+    ts_ok, dur_ok = _in_range(ts_us), _in_range(dur_us)
+    out_of_range = (ts_us.is_not_null() & ~ts_ok) | (dur_us.is_not_null() & ~dur_ok)
+    id_bad = pl.col("id_bad") if "id_bad" in present else pl.lit(False)
+    return [
+        column("ph"),
+        column("cat"),
+        column("name"),
+        pl.col("pid"),
+        pl.col("tid"),
+        pl.when(ts_ok).then(_us_to_ns(ts_us)).alias("ts_ns"),
+        pl.when(dur_ok).then((dur_us * 1000).round().cast(pl.Int64, strict=False)).alias("dur_ns"),
+        column("id"),
+        column("external_id"),
+        column("correlation"),
+        column("arg_name"),
+        pl.coalesce(
+            column("skip"),
+            pl.when(id_bad).then(pl.lit("id_out_of_range")),
             pl.when(out_of_range).then(pl.lit("out_of_range")),
-        ),
-        big=ts_ok.fill_null(False) & (pl.col("ts_us").abs() >= _EXACT_FLOAT_US),
-    )
+        ).alias("skip"),
+        *(column(name) for name in _MEMORY_COLUMNS),
+        (ts_ok.fill_null(False) & (ts_us.abs() >= _EXACT_FLOAT_US)).alias("big"),
+    ]
+
+
+#: Every field ``build_frame`` reads but pid/tid, and its type.
+_COLUMN_TYPES: dict[str, Any] = {
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "id": pl.String,
+    "external_id": pl.Int64,
+    "correlation": pl.Int64,
+    "arg_name": pl.String,
+    "skip": pl.String,
+    "mem_bytes": pl.Int64,
+    "mem_allocated": pl.Int64,
+    "mem_reserved": pl.Int64,
+    "mem_type": pl.Int64,
+    "mem_device": pl.Int64,
+}
+_MEMORY_COLUMNS = ("mem_bytes", "mem_allocated", "mem_reserved", "mem_type", "mem_device")
 
 
 def _in_range(us: pl.Expr) -> pl.Expr:
@@ -105,11 +137,11 @@ def parse_us_text(text: pl.Series) -> pl.Series:
     return pl.select(pl.when(plain).then(exact).otherwise(approx)).to_series().rename("ts_ns")
 
 
-def _ids(values: list[Any]) -> tuple[pl.Series, pl.Series]:
+def _ids(values: list[Any]) -> tuple[pl.Series, pl.Series | None]:
     """pid/tid: ints as they are; a string id (generic traces name their processes) maps to a stable int.
-    Also a mask of ids that do not fit int64 (their value is null)."""
+    Also a mask of ids that do not fit int64 (their value is null); None when every id is an int64."""
     try:  # strict: a string is never parsed as a number here, so every block maps it the same way
-        return pl.Series(values, dtype=pl.Int64, strict=True), pl.repeat(False, len(values), eager=True)
+        return pl.Series(values, dtype=pl.Int64, strict=True), None
     except (TypeError, OverflowError):
         pass
     ids = [_stable_id(v) for v in values]

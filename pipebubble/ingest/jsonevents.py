@@ -40,8 +40,20 @@ COLUMNS = {
     "correlation": pl.Int64,
     "arg_name": pl.String,
     "skip": pl.String,
+    # an allocator event's (``[memory]`` instant, ph "i") arguments; null on every other event
+    "mem_bytes": pl.Int64,
+    "mem_allocated": pl.Int64,
+    "mem_reserved": pl.Int64,
+    "mem_type": pl.Int64,
+    "mem_device": pl.Int64,
 }
 KEPT_PHASES = ("X", "B", "E", "b", "e", "M")
+#: The name torch.profiler gives its allocator events (instants, ``profile_memory=True``).
+MEMORY_EVENT = "[memory]"
+#: Instant phases: an allocator event is kept (as phase "i"), any other counted.
+INSTANTS = ("i", "I")
+#: What the phase counts call allocator events (they are instants, but not skipped ones).
+MEMORY_PHASE = "memory"
 
 
 @dataclass
@@ -85,6 +97,28 @@ class _Kept(msgspec.Struct, tag_field="ph", gc=False):
     args: _Args = _NO_ARGS
 
 
+class _MemoryArgs(msgspec.Struct, frozen=True, gc=False):
+    bytes: int | None = msgspec.field(default=None, name="Bytes")
+    allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: int | None = msgspec.field(default=None, name="Total Reserved")
+    type: int | None = msgspec.field(default=None, name="Device Type")
+    device: int | None = msgspec.field(default=None, name="Device Id")
+
+
+_NO_MEMORY = _MemoryArgs()
+
+
+class _Instant(msgspec.Struct, tag_field="ph", gc=False):
+    """Instants: kept when they are allocator events (``MEMORY_EVENT``), with the allocator's numbers."""
+
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    args: _MemoryArgs = _NO_MEMORY
+
+
 class _Counted(msgspec.Struct, tag_field="ph", gc=False):
     """Flows, counters, instants, samples, objects: counted, not kept."""
 
@@ -92,11 +126,13 @@ class _Counted(msgspec.Struct, tag_field="ph", gc=False):
 _KEPT = {ph: msgspec.defstruct(f"_{ph}", [], bases=(_Kept,), tag=ph) for ph in ("B", "E", "b", "e", "M")}
 _COUNTED = {
     ph: msgspec.defstruct(f"_c{ord(ph)}", [], bases=(_Counted,), tag=ph)
-    for ph in ("s", "t", "f", "C", "i", "I", "n", "R", "O", "N", "D", "P", "(", ")", "S", "T", "p", "F")
+    for ph in ("s", "t", "f", "C", "n", "R", "O", "N", "D", "P", "(", ")", "S", "T", "p", "F")
 }
-_PHASE = {_X: "X", **{cls: ph for ph, cls in (_KEPT | _COUNTED).items()}}
-_FAST = msgspec.json.Decoder(list[Union[(_X, *_KEPT.values(), *_COUNTED.values())]])  # type: ignore[misc]  # noqa: UP007
+_INSTANT = {ph: msgspec.defstruct(f"_i{ord(ph)}", [], bases=(_Instant,), tag=ph) for ph in INSTANTS}
+_PHASE = {_X: "X", **{cls: ph for ph, cls in (_KEPT | _COUNTED | _INSTANT).items()}}
+_FAST = msgspec.json.Decoder(list[Union[(_X, *_KEPT.values(), *_INSTANT.values(), *_COUNTED.values())]])  # type: ignore[misc]  # noqa: UP007
 _KEPT_TYPES = frozenset(_KEPT.values())
+_INSTANT_TYPES = frozenset(_INSTANT.values())
 
 
 class _EventTs(msgspec.Struct, gc=False):
@@ -169,47 +205,70 @@ def _decode_fast(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     xs = events if all_x else [e for e in events if type(e) is _X]
     has_rest = any(by_type[t] for t in _KEPT_TYPES)
     rest = [e for e in events if type(e) in _KEPT_TYPES] if has_rest else []
+    has_memory = any(by_type[t] for t in _INSTANT_TYPES)
+    memory = [e for e in events if type(e) in _INSTANT_TYPES and e.name == MEMORY_EVENT] if has_memory else []
+    if memory:  # counted as allocator events, not as instants
+        phases.subtract(_PHASE[type(e)] for e in memory)
+        phases = +phases
+        phases[MEMORY_PHASE] = len(memory)
     columns, dur, n = _fields(xs), [e.dur for e in xs], len(xs)
-    if rest:  # complete events first, then the others
-        more = _fields(rest)
-        columns = {k: v + more[k] for k, v in columns.items()}
+    constants = {}
+    if rest or memory:  # complete events first, then the others, then allocator events
+        more, mem = _fields(rest), _fields(memory, with_args=False)
+        columns = {k: v + more[k] + mem[k] for k, v in columns.items()}
+        others = len(rest) + len(memory)
         columns |= {
-            "dur": dur + [None] * len(rest),
-            "ph": ["X"] * n + [_PHASE[type(e)] for e in rest],
-            "id": [None] * n + [_id_text(e.id) for e in rest],
-            "arg_name": [None] * n + [e.args.name for e in rest],
+            "dur": dur + [None] * others,
+            "ph": ["X"] * n + [_PHASE[type(e)] for e in rest] + ["i"] * len(memory),
+            "id": [None] * n + [_id_text(e.id) for e in rest] + [None] * len(memory),
+            "arg_name": [None] * n + [e.args.name for e in rest] + [None] * len(memory),
         }
+        if memory:
+            columns |= _memory_fields(memory, n + len(rest))
     else:
-        columns |= {"dur": dur, "ph": _repeat("X", n), "id": _repeat(None, n), "arg_name": _repeat(None, n)}
+        columns["dur"], constants["ph"] = dur, "X"  # no id nor arg_name: null
     del xs, rest
-    frame = build_frame(columns)
+    frame = build_frame(columns, constants)
     if frame["big"].any():
 
         def positions() -> list[int]:
             kept = [i for i, e in enumerate(events) if type(e) in _KEPT_TYPES] if has_rest else []
             x = range(len(events)) if all_x else [i for i, e in enumerate(events) if type(e) is _X]
-            return [*x, *kept]
+            mem = [i for i, e in enumerate(events) if type(e) in _INSTANT_TYPES and e.name == MEMORY_EVENT]
+            return [*x, *kept, *mem]
 
         raw = _TEXT_TS.decode(block)
         frame = exact_ts(frame, [bytes(raw[i].ts) for i in positions()])
-    return frame.drop("big"), phases
+    frame.drop_in_place("big")  # in place: no query
+    return frame, phases
 
 
-def _repeat(value: str | None, n: int) -> pl.Series:
-    return pl.repeat(value, n, dtype=pl.String, eager=True)
+def _memory_fields(memory: list[Any], before: int) -> dict[str, list]:
+    """The allocator events' numbers as columns: null on the ``before`` rows that come first."""
+    args = [e.args for e in memory]
+    pad = [None] * before
+    return {
+        "mem_bytes": pad + [a.bytes for a in args],
+        "mem_allocated": pad + [a.allocated for a in args],
+        "mem_reserved": pad + [a.reserved for a in args],
+        "mem_type": pad + [a.type for a in args],
+        "mem_device": pad + [a.device for a in args],
+    }
 
 
-def _fields(events: list[Any]) -> dict[str, list]:
-    """The fields every kept event has, a list each (comprehensions: twice as fast as ``attrgetter``)."""
-    args = [e.args for e in events]
+def _fields(events: list[Any], with_args: bool = True) -> dict[str, list]:
+    """The fields every kept event has, a list each (comprehensions: twice as fast as ``attrgetter``);
+    ``with_args`` False: events without ids (allocator events), their ids null."""
+    args = [e.args for e in events] if with_args else []
+    none = [None] * len(events)
     return {
         "cat": [e.cat for e in events],
         "name": [e.name for e in events],
         "pid": [e.pid for e in events],
         "tid": [e.tid for e in events],
         "ts": [e.ts for e in events],
-        "external_id": [a.external_id for a in args],
-        "correlation": [a.correlation for a in args],
+        "external_id": [a.external_id for a in args] if with_args else none,
+        "correlation": [a.correlation for a in args] if with_args else none,
     }
 
 

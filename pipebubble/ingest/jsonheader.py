@@ -37,9 +37,24 @@ def header_dict(path: Path, head: Any) -> tuple[dict[str, Any], list[str]]:
         "world_size": _checked_int(path, info.get("world_size"), "distributedInfo.world_size", _INT32),
         "backend": _storable(path, info.get("backend"), "distributedInfo.backend", warnings),
         "pg_config": _storable(path, info.get("pg_config"), "distributedInfo.pg_config", warnings),
+        "gpu_memory_bytes": _gpu_memory(_value(path, head.deviceProperties, "deviceProperties", warnings)),
         "kineto": any(_present(r) for r in (head.schemaVersion, head.deviceProperties, head.distributedInfo)),
     }
     return fields, warnings
+
+
+def _gpu_memory(devices: Any) -> dict[int, int]:
+    """Each GPU's memory in bytes from ``deviceProperties[]`` (``id``, ``totalGlobalMem``): entries that are
+    not a whole id with a positive int64 size are left out (the capacity is then unknown, not guessed)."""
+    if not isinstance(devices, list):
+        return {}
+    out = {}
+    for d in devices:
+        if isinstance(d, dict):
+            gid, size = d.get("id"), d.get("totalGlobalMem")
+            if type(gid) is int and 0 <= gid < _INT32 and type(size) is int and 0 < size < _INT64:
+                out[gid] = size
+    return out
 
 
 def _whole(path: Path, base: Any, warnings: list[str]) -> Any:

@@ -10,25 +10,23 @@ from collections import Counter
 
 import polars as pl
 
-
-def count(reasons: pl.Series) -> Counter[str]:
-    """Counts of the non-null values of ``reasons``."""
-    counts = reasons.drop_nulls().value_counts()
-    return Counter(dict(zip(counts[reasons.name].to_list(), counts["count"].to_list(), strict=True)))
+from pipebubble.ingest.jsoncolumns import ENGINE
 
 
 def paired_spans(events: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
-    """``B``/``E`` pairs (a stack per pid/tid) and async ``b``/``e`` pairs (by category, id and name)."""
-    rows = events.filter(pl.col("ph").is_in(["B", "E", "b", "e"]))
+    """``B``/``E`` pairs (a stack per pid/tid) and async ``b``/``e`` pairs (by category, id and name). The
+    events in time order and the count of those without a time come from one plan."""
     no_time = pl.when(pl.col("ts_ns").is_null()).then(pl.lit("bad_time"))
-    skipped = count(rows.select(pl.coalesce("skip", no_time))["skip"])
-    rows = rows.filter(pl.col("skip").is_null() & pl.col("ts_ns").is_not_null())
+    rows = events.lazy().filter(pl.col("ph").is_in(["B", "E", "b", "e"]))
+    rows = rows.with_columns(skip=pl.coalesce("skip", no_time))
+    reasons = rows.filter(pl.col("skip").is_not_null()).group_by("skip").len()
+    ordered = rows.filter(pl.col("skip").is_null()).sort("ts_ns", maintain_order=True)  # ties: file order
+    fields = ("ph", "cat", "name", "pid", "tid", "ts_ns", "id", "external_id", "correlation")
+    reasons, ordered = pl.collect_all([reasons, ordered.select(fields)], engine=ENGINE)
+    skipped = Counter(dict(reasons.iter_rows()))
     out: list[tuple] = []
     stacks: dict[tuple, list[tuple]] = {}
-    ordered = rows.with_row_index("order").sort("ts_ns", "order")
-    for ph, cat, name, pid, tid, ts, eid, ext, corr in ordered.select(
-        "ph", "cat", "name", "pid", "tid", "ts_ns", "id", "external_id", "correlation"
-    ).iter_rows():
+    for ph, cat, name, pid, tid, ts, eid, ext, corr in ordered.iter_rows():
         key = (pid, tid) if ph in "BE" else (cat, eid, name)
         if ph in "Bb":
             stacks.setdefault(key, []).append((cat, name, pid, tid, ts, ext, corr))

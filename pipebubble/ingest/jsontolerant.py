@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from pipebubble.ingest.jsonevents import KEPT_PHASES, build_frame, exact_ts
+from pipebubble.ingest.jsonevents import INSTANTS, KEPT_PHASES, MEMORY_EVENT, MEMORY_PHASE, build_frame, exact_ts
 
 NOT_AN_OBJECT = "<not an object>"
 _NO_VALUE = msgspec.Raw(b"")
@@ -41,6 +41,17 @@ class _LooseArgs(msgspec.Struct, gc=False):
     name: msgspec.Raw = _NO_VALUE
 
 
+class _LooseMemoryArgs(msgspec.Struct, gc=False):
+    bytes: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Bytes")
+    allocated: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Total Allocated")
+    reserved: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Total Reserved")
+    type: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Device Type")
+    device: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Device Id")
+
+
+_MEMORY_ARGS = msgspec.json.Decoder(_LooseMemoryArgs)
+_MEMORY_FIELDS = {"mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved",
+                  "mem_type": "type", "mem_device": "device"}
 _ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(_Loose)
 _ARGS = msgspec.json.Decoder(_LooseArgs)
@@ -53,6 +64,7 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     phases: Counter[str] = Counter()
     fields: dict[str, list] = {k: [] for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id")}
     fields |= {"external_id": [], "correlation": [], "arg_name": []}
+    memory: list[tuple[int, _LooseMemoryArgs]] = []  # allocator events: (row, arguments)
     texts: list[bytes] = []
     for raw in _ELEMENTS.decode(block):
         try:
@@ -62,7 +74,12 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
             continue
         ph = _phase(event.ph)
         phases[ph] += 1
-        if ph not in KEPT_PHASES:
+        if ph in INSTANTS and _text(event.name) == MEMORY_EVENT:
+            memory.append((len(texts), _memory_args(event.args)))
+            phases[ph] -= 1
+            phases[MEMORY_PHASE] += 1
+            ph = "i"
+        elif ph not in KEPT_PHASES:
             continue
         fields["ph"].append(ph)
         fields["cat"].append(_text(event.cat))
@@ -77,11 +94,34 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
         args = _args(event.args)
         fields["external_id"].append(_int(args.external_id))
         fields["correlation"].append(_int(args.correlation))
-        fields["arg_name"].append(_string(args.name) if ph != "X" else None)
+        fields["arg_name"].append(_string(args.name) if ph not in ("X", "i") else None)
+    fields |= _memory_columns(memory, len(texts))
     frame = build_frame(fields)
     if frame["big"].any():
         frame = exact_ts(frame, texts)
-    return frame.drop("big"), phases
+    frame.drop_in_place("big")
+    return frame, +phases
+
+
+def _memory_args(raw: msgspec.Raw) -> _LooseMemoryArgs:
+    if _head(raw) == b"{":
+        try:
+            return _MEMORY_ARGS.decode(raw)
+        except msgspec.ValidationError:
+            pass
+    return _LooseMemoryArgs()
+
+
+def _memory_columns(memory: list[tuple[int, _LooseMemoryArgs]], rows: int) -> dict[str, list]:
+    """The allocator events' numbers (ints that fit int64, else null) at their rows; null elsewhere."""
+    if not memory:
+        return {}
+    columns: dict[str, list] = {name: [None] * rows for name in _MEMORY_FIELDS}
+    for row, args in memory:
+        for name, field in _MEMORY_FIELDS.items():
+            columns[name][row] = _int(getattr(args, field))
+    return columns
+
 
 
 def _scalar(raw: msgspec.Raw) -> Any:

@@ -52,6 +52,7 @@ class Decoded:
     skipped: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    memory: list[pl.DataFrame] = field(default_factory=list)  # each block's allocator events
 
 
 @dataclass
@@ -146,4 +147,5 @@ def _decoded(
     frames = [b.events for b in blocks]
     events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=COLUMNS)
     spans = [b.spans for b in blocks if b.spans is not None]
-    return Decoded(events, phases, fields, unread, spans, skipped, repairs, warnings)
+    memory = [b.memory for b in blocks if b.memory is not None and b.memory.height]
+    return Decoded(events, phases, fields, unread, spans, skipped, repairs, warnings, memory)

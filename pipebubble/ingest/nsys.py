@@ -22,6 +22,7 @@ import polars as pl
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import nsys_spans as ns
 from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.nsys_memory import gpu_capacity, read_memory
 from pipebubble.ingest.nsys_ranks import process_ranks, with_ranks
 from pipebubble.ingest.nsys_tables import (
     ParquetTables,
@@ -104,30 +105,33 @@ def _utc_offset(meta: dict[str, Any]) -> int | None:
     return int(meta["session_start_ns"]) - int(meta.get("session_start_clock_ns") or 0)
 
 
-def _shift_fits(spans: pl.DataFrame, shift: int) -> bool:
-    """Whether moving every span by ``shift`` keeps its times within +-``TIME_LIMIT`` (see ``nsys_spans``)."""
+def _shift_fits(result: FileResult, shift: int) -> bool:
+    """Whether moving every span and allocator event of ``result`` by ``shift`` keeps its times within
+    +-``TIME_LIMIT`` (see ``nsys_spans``)."""
     if abs(shift) >= ns.TIME_LIMIT:
         return False
-    if spans.is_empty() or shift == 0:
-        return True
-    first, last = spans["start"].min(), spans["end"].max()
-    return first is None or (-ns.TIME_LIMIT < first + shift and last + shift < ns.TIME_LIMIT)
+    times = [result.spans["start"].min(), result.spans["end"].max()]
+    if result.memory is not None:
+        times += [result.memory["ts"].min(), result.memory["ts"].max()]
+    return all(-ns.TIME_LIMIT < t + shift < ns.TIME_LIMIT for t in times if t is not None)
 
 
 def _shifted(result: FileResult, shift: int) -> FileResult:
-    """``result`` with its spans moved by ``shift`` ns; unmoved, with a warning, when that would leave the
-    span table's time range (the session start is then not a usable clock)."""
-    if not _shift_fits(result.spans, shift):
+    """``result`` with its spans and allocator events moved by ``shift`` ns; unmoved, with a warning, when
+    that would leave the span table's time range (the session start is then not a usable clock)."""
+    if not _shift_fits(result, shift):
         note = f"clock offset {shift} ns would move spans out of range: clock not aligned"
         return dataclasses.replace(result, warnings=[*result.warnings, note])
     spans = result.spans.with_columns(pl.col("start") + shift, pl.col("end") + shift)
-    return dataclasses.replace(result, spans=spans, meta={**result.meta, "clock_offset_ns": shift})
+    memory = None if result.memory is None else result.memory.with_columns(pl.col("ts") + shift)
+    return dataclasses.replace(result, spans=spans, memory=memory, meta={**result.meta, "clock_offset_ns": shift})
 
 
 def _check_session_shift(result: FileResult) -> None:
-    """Drop a session start whose UTC shift would move this report's spans out of range, with a warning."""
+    """Drop a session start whose UTC shift would move this report's spans or allocator events out of range,
+    with a warning."""
     offset = _utc_offset(result.meta)
-    if offset is None or _shift_fits(result.spans, offset):
+    if offset is None or _shift_fits(result, offset):
         return
     result.meta.pop("session_start_ns", None)
     result.meta.pop("session_start_clock_ns", None)
@@ -203,6 +207,7 @@ def _read_tables(tables: Tables, source: str) -> FileResult:
     spans = pl.concat(parts).with_columns(source=pl.lit(source))  # each part is on the span schema
     found = process_ranks(tables, loaded[ns.NVTX], spans["pid"].unique().drop_nulls().to_list(), result.warnings)
     result.spans = with_ranks(spans, found.get("ranks", {}))
+    read_memory(tables, result, found.get("ranks", {}))
     result.meta.update(_meta(tables, loaded, strings, result.warnings))
     result.meta.update(found)
     if len(found.get("ranks", {})) == 1 and result.spans["pid"].n_unique() == 1:  # the export is one rank
@@ -249,6 +254,7 @@ def _meta(
     meta.update(_session_start(tables, warnings))
     meta["process_names"] = _process_names(tables)
     meta["thread_names"] = _thread_names(tables, strings)
+    meta.update(gpu_capacity(tables, warnings))
     version = _export_info(tables).get("EXPORT_PRODUCT_VERSION")
     if version:
         meta["nsys_version"] = version

@@ -22,7 +22,7 @@ from pipebubble.ingest.cache.atomic import _tmp_name, _unlink, _write_atomic
 from pipebubble.ingest.cache.folder import _probe, _reason, directory, is_cache_warning, unusable, usable
 from pipebubble.ingest.cache.spill import _manifest, _valid_manifest, intact
 
-_FORMAT = 2
+_FORMAT = 3  # 3: the allocator-event table beside the span table
 #: Bytes hashed at each end of a file: cheap, and catches an edit that keeps size and mtime.
 _EDGE_BYTES = 1 << 20
 
@@ -101,6 +101,7 @@ def get(path: Path, entry_key: str | None = None) -> FileResult | None:
         spill = info["meta"].get("spill")
         if spill and not intact(Path(spill), info["spill"]):
             return None  # the spilled span table lost parts: read the trace again
+        memory = _memory(base, info.get("memory_rows"))
     except Exception:  # unreadable, truncated or foreign: read the trace again
         return None
     except BaseException as exc:  # polars' panics are BaseExceptions
@@ -115,7 +116,23 @@ def get(path: Path, entry_key: str | None = None) -> FileResult | None:
         info["warnings"],
         info["meta"],
         info["format"],
+        memory,
     )
+
+
+def _memory(base: Path, rows: Any):
+    """The entry's allocator-event table (None when the file had none); one of the wrong shape or length
+    raises, so the trace is read again."""
+    if rows is None:
+        return None
+    import polars as pl
+
+    from pipebubble.allocations import SCHEMA
+
+    table = pl.read_parquet(base.with_suffix(".memory.parquet"))
+    if not isinstance(rows, int) or table.height != rows or dict(table.schema) != SCHEMA:
+        raise ValueError("allocator events of the wrong shape")
+    return table
 
 
 _INFO_TYPES = {
@@ -169,6 +186,7 @@ def put(path: Path, result: FileResult, entry_key: str | None = None) -> None:
         "meta": result.meta,
         "format": result.format,
         "rows": result.spans.height,
+        "memory_rows": None if result.memory is None else result.memory.height,
     }
     spill = result.meta.get("spill")
     if spill:
@@ -183,6 +201,9 @@ def put(path: Path, result: FileResult, entry_key: str | None = None) -> None:
         try:
             result.spans.write_parquet(tmp, compression="lz4")
             os.replace(tmp, base.with_suffix(".parquet"))
+            if result.memory is not None:
+                result.memory.write_parquet(tmp, compression="lz4")
+                os.replace(tmp, base.with_suffix(".memory.parquet"))
         finally:
             _unlink(tmp)
         _write_atomic(base.with_suffix(".json"), json.dumps(info, default=str))
