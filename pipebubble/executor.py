@@ -3,8 +3,10 @@
 ``each(jobs, fn, scale)`` calls ``fn(path, position, **kwargs)`` for every (path, position) job and returns
 the results in job order, whatever ran them. Given ``batch`` (``batch(jobs, **kwargs)``: the results of
 several jobs at once), the local executor hands small files over a few at a time, so work whose cost is
-mostly fixed per call is paid once per batch. Nothing here knows what the work is: ingest uses it to read
-files, the map/reduce to map them. ``pool`` also decodes the blocks of one big file in parallel.
+mostly fixed per call is paid once per batch. Given ``wire`` (``pack``, ``unpack``), a result made in
+another process (a pool worker, a Ray task) crosses as ``pack(result)`` and is unpacked here; one made in
+this process is taken as it is. Nothing here knows what the work is: ingest uses it to read files, the
+map/reduce to map them. ``pool`` also decodes the blocks of one big file in parallel.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pipebubble.options import EXECUTORS, Scale
 Job = tuple[str, int]
 OnDone = Callable[[str], None] | None
 Batch = Callable[[list[Job]], list] | None
+#: How a result crosses between processes: ``pack`` there, ``unpack`` here (None: as Python pickles it).
+Wire = tuple[Callable, Callable] | None
 
 #: Files smaller than this are handed over in batches (when the work can take several at once) ...
 BATCH_FILE_BYTES = 4 << 20
@@ -41,16 +45,20 @@ def each(
     on_done: OnDone = None,
     batch: Callable | None = None,
     then: Callable | None = None,
+    wire: Wire = None,
     **kwargs: Any,
 ) -> list:
     """``fn(path, position, **kwargs)`` for every job on ``scale``'s executor, results in job order; small
     files go to ``batch(jobs, **kwargs)`` a few at a time where it is given (the local executor). Each
-    result is passed through ``then`` in this process as it arrives (while the rest are still running)."""
+    result is passed through ``then`` in this process as it arrives (while the rest are still running);
+    ``wire``'s ``pack`` and ``unpack`` carry those made in other processes."""
     if scale.executor == "ray":
-        out = on_ray(jobs, fn, scale, on_done, **kwargs)
+        out = on_ray(jobs, fn, scale, on_done, pack=wire and wire[0], **kwargs)
+        out = [wire[1](value) for value in out] if wire else out
         return [then(value) for value in out] if then else out
     if scale.executor == "local":
-        return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs), then)
+        return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs), then,
+                     wire)
     raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
 
 
@@ -70,6 +78,7 @@ def local(
     on_done: OnDone = None,
     batch: Batch = None,
     then: Callable | None = None,
+    wire: Wire = None,
 ) -> list:
     """A lone file in this process, its blocks decoded on all cores (``fn`` is called with ``workers=``).
     Several files: in units (a file, or a ``batch`` of small ones) shared between this process and a pool
@@ -84,7 +93,7 @@ def local(
             results.add(unit, _run(fn, batch, [jobs[k] for k in unit]))
     else:
         units = _units(jobs, cores, batch is not None)
-        _shared(jobs, units, fn, batch, min(cores - 1, len(units) - 1), results)
+        _shared(jobs, units, fn, batch, min(cores - 1, len(units) - 1), results, wire)
     return results.ordered()
 
 
@@ -124,19 +133,29 @@ def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
     return alone + batches
 
 
-def _run(fn: Callable, batch: Batch, unit: list[Job]) -> list:
-    """One unit's results: a batch's from ``batch``, a lone file's from ``fn`` (on one core)."""
+def _run(fn: Callable, batch: Batch, unit: list[Job], pack: Callable | None = None) -> list:
+    """One unit's results: a batch's from ``batch``, a lone file's from ``fn`` (on one core); each passed
+    through ``pack`` where given (a unit run in a worker, its results to cross to this process)."""
     if len(unit) > 1 and batch is not None:
-        return batch(unit)
-    return [fn(path, i, workers=1) for path, i in unit]
+        out = batch(unit)
+    else:
+        out = [fn(path, i, workers=1) for path, i in unit]
+    return [pack(value) for value in out] if pack else out
 
 
 def _shared(
-    jobs: list[Job], units: list[list[int]], fn: Callable, batch: Batch, workers: int, results: _Results
+    jobs: list[Job], units: list[list[int]], fn: Callable, batch: Batch, workers: int, results: _Results,
+    wire: Wire = None,
 ) -> None:
     """Units split between this process and ``workers`` pool processes: the pool takes them from the
     biggest, this process from the smallest, so the workers' start-up never delays the first results and a
-    small folder costs no more than one process would."""
+    small folder costs no more than one process would. The pool's results cross on ``wire``."""
+    pack, unpack = wire or (None, None)
+
+    def arrived(future: Future) -> None:
+        values = future.result()
+        results.add(units[inflight.pop(future)], [unpack(v) for v in values] if unpack else values)
+
     pending = deque(range(len(units)))  # biggest first for the pool, smallest (from the right) for this process
     inflight: dict[Future, int] = {}
 
@@ -148,16 +167,16 @@ def _shared(
             while pending or inflight:
                 while pending and len(inflight) < 2 * workers:  # two each, so none waits for its next unit
                     u = pending.popleft()
-                    inflight[workers_pool.submit(_run, fn, batch, take(u))] = u
+                    inflight[workers_pool.submit(_run, fn, batch, take(u), pack)] = u
                 for future in [f for f in inflight if f.done()]:
-                    results.add(units[inflight.pop(future)], future.result())
+                    arrived(future)
                 if pending:
                     u = pending.pop()
                     results.add(units[u], _run(fn, batch, take(u)))
                 elif inflight:
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                     for future in done:
-                        results.add(units[inflight.pop(future)], future.result())
+                        arrived(future)
         except BaseException:
             for future in inflight:
                 future.cancel()
@@ -188,8 +207,10 @@ def _stop_resource_tracker() -> None:
         pass
 
 
-def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, **kwargs: Any) -> list:
-    """One Ray task per file (a cluster's workers read the traces where they lie)."""
+def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, pack: Callable | None = None,
+           **kwargs: Any) -> list:
+    """One Ray task per file (a cluster's workers read the traces where they lie), each result passed
+    through ``pack`` there where given."""
     try:
         import ray
     except ImportError:
@@ -203,16 +224,22 @@ def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, 
             log_to_driver=False,
             configure_logging=False,
         )
-    task = ray.remote(fn)
+    task = ray.remote(_packed)
     if scale.memory_budget is not None:  # a cluster's workers are not started from this process: tell them
         from pipebubble import budget
 
         task = task.options(runtime_env={"env_vars": {budget.ENV: str(scale.memory_budget)}})
-    out = ray.get([task.remote(path, i, **kwargs) for path, i in jobs])
+    out = ray.get([task.remote(fn, pack, path, i, **kwargs) for path, i in jobs])
     if on_done:
         for path, _ in jobs:
             on_done(path)
     return out
+
+
+def _packed(fn: Callable, pack: Callable | None, path: str, position: int, **kwargs: Any) -> Any:
+    """A Ray task: ``fn``'s result for one job, through ``pack`` where given."""
+    value = fn(path, position, **kwargs)
+    return pack(value) if pack else value
 
 
 def _size(path: Path) -> int:

@@ -3,7 +3,8 @@ a Ray cluster.
 
 Map (one trace file, where it lies): read it (through the span cache), then reduce it to what the report
 needs from it: its lanes' busy/idle, its stages' labelled work and merged host activity, its serving steps.
-That part travels as Arrow IPC bytes in a msgpack envelope, never as Python objects. Reduce: number the
+A part mapped in another process (a pool worker, a Ray task) travels as Arrow IPC bytes in a msgpack
+envelope, never as Python objects; one mapped in this process is reduced as it is. Reduce: number the
 stages across files, then the pipeline metrics, waits and timeline over the parts (pure, in this process).
 """
 
@@ -220,21 +221,21 @@ def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows:
     return gpu, warning
 
 
-def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> bytes:
-    """Map, in a worker: read ``path`` where it lies (a big JSON file on ``workers`` processes) and return the
-    part as bytes. ``read_file`` puts every file on the one clock, so files mapped apart line up."""
+def map_file(path: str, position: int, options: Options, use_cache: bool = True, workers: int = 1) -> FilePart:
+    """Map one file: read ``path`` where it lies (a big JSON file on ``workers`` processes) and return its
+    part. ``read_file`` puts every file on the one clock, so files mapped apart line up."""
     from pipebubble.ingest import read_file
 
     result = read_file(Path(path), position, use_cache, workers)
-    return encode(map_spans(result, options))
+    return map_spans(result, options)
 
 
-def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = True) -> list[bytes]:
-    """Map, in a worker, several small files at once (``map_together``): each file's part as bytes."""
+def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = True) -> list[FilePart]:
+    """Map several small files at once (``map_together``): each file's part."""
     from pipebubble.ingest import read_file
 
     results = [read_file(Path(path), position, use_cache) for path, position in jobs]
-    return [encode(part) for part in map_together(results, options)]
+    return map_together(results, options)
 
 
 def reduce(parts: list[FilePart], options: Options) -> Report:
@@ -302,19 +303,21 @@ def _unaligned(parts: list[FilePart]) -> list[str]:
 
 
 def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable[[str], None] | None = None) -> Report:
-    """Map every trace file on ``scale``'s executor, then reduce here (``pipebubble.run`` is the way in)."""
+    """Map every trace file on ``scale``'s executor, then reduce here (``pipebubble.run`` is the way in). The
+    parts other processes map cross as bytes (``encode``, ``decode``); those mapped here are taken as they are."""
     from pipebubble import executor
     from pipebubble.ingest import cache
 
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     jobs = [(str(f), i) for i, f in enumerate(files)]
     parts = executor.each(
-        jobs, map_file, scale, on_file, batch=map_files, then=decode, options=options, use_cache=scale.use_cache
+        jobs, map_file, scale, on_file, batch=map_files, wire=(encode, decode), options=options,
+        use_cache=scale.use_cache
     )
     return reduce(parts, options)
 
 
-# --- the part as bytes: Arrow IPC tables in a msgpack envelope ---
+# --- the part as bytes, to cross between processes: Arrow IPC tables in a msgpack envelope ---
 
 
 def _ipc(frame: pl.DataFrame) -> bytes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import top_level
+from pipebubble.analysis.intervals import ENGINE, top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.report import THIN_CALLS, CollectiveCall, CollectiveRank, Collectives, Support, Wait
 from pipebubble.spans import COMM_NAMES
@@ -76,11 +76,13 @@ def kind_of(name: pl.Expr) -> pl.Expr:
 def comm_ranges(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The file's communication ranges, each with its ``kind``: the outermost collective ranges, and the send
     and receive ranges outside every one of them (point-to-point; those inside are a collective's own)."""
-    ranges = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"]))
-    named = ranges.filter(pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(NCCL_NVTX))
+    ranges = pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"])
+    named = spans.lazy().filter(ranges & (pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(
+        NCCL_NVTX)))
     named = named.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null())
-    groups = top_level(named.filter(~pl.col("kind").is_in(P2P)))
-    return groups, outside(named.filter(pl.col("kind").is_in(P2P)), groups)
+    p2p = pl.col("kind").is_in(P2P)
+    groups, sends = pl.collect_all([top_level(named.filter(~p2p)), named.filter(p2p)], engine=ENGINE)
+    return groups, outside(sends, groups)
 
 
 def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | None = None,
@@ -96,21 +98,21 @@ def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFram
     counts = _p2p_counts(p2p)
     ranges = pl.concat([groups, p2p])
     gpu = _gpu_calls(spans, ranges)
-    cpu = groups
-    cpu = cpu.with_columns(who=participant()).filter(~pl.col("who").is_in(gpu["who"].unique().implode()))
+    cpu = groups.lazy().with_columns(who=participant()).filter(~pl.col("who").is_in(pl.lit(gpu["who"]).implode()))
     own = ["who", "rank", "lane", "kind", "start", "end", "by_name"]
-    calls = pl.concat([gpu.select(own), cpu.with_columns(by_name=pl.lit(False)).select(own)], how="vertical_relaxed")
+    calls = pl.concat([gpu.lazy().select(own), cpu.with_columns(by_name=pl.lit(False)).select(own)],
+                      how="vertical_relaxed")
     calls = calls.filter(~pl.col("kind").is_in(P2P)).sort("who", "start", "end")
     calls = calls.with_columns(seq=pl.int_range(pl.len(), dtype=pl.Int64).over("who", "kind"))
     windows = participant_windows(spans) if windows is None else windows
-    steps = spans.filter(pl.col("kind") == "step")
+    steps = spans["kind"] == "step"
     facts = {
         "p2p_send": int(counts.get("send", 0)),
         "p2p_recv": int(counts.get("recv", 0)),
-        "step_ns": (steps["end"] - steps["start"]).to_list(),
+        "step_ns": (spans["end"].filter(steps) - spans["start"].filter(steps)).to_list(),
     }
-    out = pl.concat([calls.select(CALL_COLUMNS), windows.select(CALL_COLUMNS)], how="vertical_relaxed")
-    return out.cast(_SCHEMA), facts  # type: ignore[arg-type]
+    out = pl.concat([calls.select(CALL_COLUMNS), windows.lazy().select(CALL_COLUMNS)], how="vertical_relaxed")
+    return out.cast(_SCHEMA).collect(engine=ENGINE), facts  # type: ignore[arg-type]
 
 
 def participant_windows(spans: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -131,19 +133,20 @@ def _p2p_counts(p2p: pl.DataFrame) -> dict[str, int]:
     ``c10d::send`` and the ``gloo:send`` it opens, which may outlast it: asynchronous, so not nested)."""
     if p2p.is_empty():
         return {}
-    per_name = p2p.group_by("lane", "kind", "name").len()
+    per_name = p2p.lazy().group_by("lane", "kind", "name").len()
     per_lane = per_name.group_by("lane", "kind").agg(pl.col("len").max())
-    return dict(per_lane.group_by("kind").agg(pl.col("len").sum()).iter_rows())
+    return dict(per_lane.group_by("kind").agg(pl.col("len").sum()).collect(engine=ENGINE).iter_rows())
 
 
 def outside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
     """The spans of ``inner`` that start outside every span of ``outer`` (disjoint, per lane)."""
     if inner.is_empty() or outer.is_empty():
         return inner
-    marks = outer.select("lane", at="start", outer_end="end").sort("lane", "at")
-    probe = inner.with_columns(at=pl.col("start")).sort("lane", "at")
+    marks = outer.lazy().select("lane", at="start", outer_end="end").sort("lane", "at")
+    probe = inner.lazy().with_columns(at=pl.col("start")).sort("lane", "at")
     hit = probe.join_asof(marks, on="at", by="lane", strategy="backward", check_sortedness=False)
-    return hit.filter(pl.col("outer_end").is_null() | (pl.col("at") >= pl.col("outer_end"))).select(inner.columns)
+    found = hit.filter(pl.col("outer_end").is_null() | (pl.col("at") >= pl.col("outer_end"))).select(inner.columns)
+    return found.collect(engine=ENGINE)
 
 
 def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -151,12 +154,12 @@ def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     kind where the launch is not inside one). A kernel whose launch is not in the trace (a window opened
     mid-call) takes the kind of the next kernel of its name on its stream: NCCL's all_to_all runs as
     ``SendRecv`` kernels, and the cut call is still the all_to_all its successors are."""
-    kernels = spans.filter((pl.col("kind") == "comm") & pl.col("device").is_not_null())
-    if kernels.is_empty():
+    kernels = spans.lazy().filter((pl.col("kind") == "comm") & pl.col("device").is_not_null())
+    if not ((spans["kind"] == "comm") & spans["device"].is_not_null()).any():
         return kernels.select(who=pl.lit(None, pl.Int64), rank="rank", lane="lane", kind=pl.lit(None, pl.String),
-                              start="start", end="end", by_name=pl.lit(None, pl.Boolean))
-    joined = with_launch(kernels, spans, key=EVENT_KEY)
-    marks = ranges.select(at_lane="lane", at="start", range_end="end", range_kind="kind").sort("at_lane", "at")
+                              start="start", end="end", by_name=pl.lit(None, pl.Boolean)).collect(engine=ENGINE)
+    joined = with_launch(kernels, spans.lazy(), key=EVENT_KEY)
+    marks = ranges.lazy().select(at_lane="lane", at="start", range_end="end", range_kind="kind").sort("at_lane", "at")
     joined = joined.sort("at_lane", "at").join_asof(
         marks, on="at", by="at_lane", strategy="backward", check_sortedness=False
     )
@@ -168,7 +171,7 @@ def _gpu_calls(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     )
     kind = pl.coalesce("ranged", kind_of(pl.col("name")))
     return joined.with_columns(who=participant(), kind=kind.fill_null("collective"),
-                               by_name=pl.col("ranged").is_null()).sort("who", "start")
+                               by_name=pl.col("ranged").is_null()).sort("who", "start").collect(engine=ENGINE)
 
 
 #: Members' kernels of one collective end together (the last arrival releases them all); they are matched

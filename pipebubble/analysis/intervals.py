@@ -86,11 +86,12 @@ def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Per group: ``busy_ns`` (length of the union), ``window_start_ns``/``window_end_ns`` (first and last
     busy instant) and ``idle_ns`` = window − busy."""
     merged = merge(frame, by)
-    return merged.group_by(by, maintain_order=True).agg(
+    return merged.lazy().group_by(by, maintain_order=True).agg(
         busy_ns=(pl.col("end") - pl.col("start")).sum(),
         window_start_ns=pl.col("start").min(),
         window_end_ns=pl.col("end").max(),
-    ).with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns"))
+    ).with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns")).collect(
+        engine=ENGINE)
 
 
 def gaps(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

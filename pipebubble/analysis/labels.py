@@ -82,18 +82,26 @@ def label_spans(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tup
     (the first that matches any span wins; None when none does) and its regex. A custom regex looks among
     annotations first and, where none matches, among work spans (``PASS_KINDS``); built-in patterns name
     ranges only."""
-    notes = spans.filter(pl.col("kind") == "annotation")
+    found, pattern, regex = _chosen(spans, microbatch_regex)
+    return found.collect(engine=ENGINE), pattern, regex
+
+
+def _chosen(spans: pl.DataFrame, microbatch_regex: str | None) -> tuple[pl.LazyFrame, str | None, str]:
+    """``label_spans``, its labels as a query: which pattern wins is told in one pass over the distinct
+    (kind, name) pairs, each pattern's regex run once per pair."""
+    candidates = [(name, regex, pl.col("kind") == "annotation") for name, regex in LABEL_PATTERNS]
     if microbatch_regex:
         check_regex(microbatch_regex)
-        for among in (notes, spans.filter(pl.col("kind").is_in(PASS_KINDS))):
-            found = _named(among, microbatch_regex)
-            if found.height:
-                return found, "custom", microbatch_regex
-    for name, regex in LABEL_PATTERNS:
-        found = _named(notes, regex)
-        if found.height:
-            return found, name, regex
-    return spans.clear(), None, ""
+        candidates[:0] = [("custom", microbatch_regex, pl.col("kind") == "annotation"),
+                          ("custom", microbatch_regex, pl.col("kind").is_in(PASS_KINDS))]
+    names = spans.lazy().select("kind", "name").unique().with_columns(
+        (among & pl.col("name").str.contains(regex)).alias(str(k)) for k, (_, regex, among) in enumerate(candidates)
+    ).collect(engine=ENGINE)
+    for k, (name, regex, among) in enumerate(candidates):
+        hits = names["name"].filter(names[str(k)])
+        if hits.len():
+            return spans.lazy().filter(among & pl.col("name").is_in(pl.lit(hits).implode())), name, regex
+    return spans.lazy().clear(), None, ""
 
 
 def label_choices(spans: pl.DataFrame, microbatch_regex: str | None = None) -> dict[int, str | None]:
@@ -113,26 +121,23 @@ def label_choices(spans: pl.DataFrame, microbatch_regex: str | None = None) -> d
             for row in found.iter_rows()}
 
 
-def _named(frame: pl.DataFrame, regex: str) -> pl.DataFrame:
-    """Rows whose name matches ``regex``; names repeat heavily, so the regex runs once per distinct name."""
-    names = frame.select(pl.col("name").unique()).filter(pl.col("name").str.contains(regex))["name"]
-    return frame.filter(pl.col("name").is_in(names.implode()))
-
-
 def labels(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, str | None]:
     """Micro-batch labels (``LABEL_COLUMNS``) and which pattern matched."""
-    found, pattern, regex = label_spans(spans, microbatch_regex)
+    found, pattern, regex = _chosen(spans, microbatch_regex)
     if pattern is None:
-        return _with_key(found).with_columns(chunk=pl.lit(None, pl.Int32)).select(LABEL_COLUMNS), None
+        empty = _with_key(found).with_columns(chunk=pl.lit(None, pl.Int32)).select(LABEL_COLUMNS)
+        return empty.collect(engine=ENGINE), None
     return _label_frame(found, regex, spans), pattern
 
 
-def _with_key(frame: pl.DataFrame) -> pl.DataFrame:
+def _with_key(frame: pl.LazyFrame) -> pl.LazyFrame:
     own = pl.format("{}#{}", "lane", pl.col("stream").fill_null(-1))
     return frame.with_columns(key=pl.when(pl.col("device").is_null()).then("lane").otherwise(own))
 
 
-def _label_frame(found: pl.DataFrame, regex: str, spans: pl.DataFrame) -> pl.DataFrame:
+def _label_frame(found: pl.LazyFrame, regex: str, spans: pl.DataFrame) -> pl.DataFrame:
+    """The labels ``found`` (a query over ``spans``) as ``LABEL_COLUMNS``, in one query where their names
+    give the micro-batch."""
     groups = re.compile(regex).groupindex
     frame = _with_key(found).with_columns(parts=pl.col("name").str.extract_groups(regex))
 
@@ -149,11 +154,11 @@ def _label_frame(found: pl.DataFrame, regex: str, spans: pl.DataFrame) -> pl.Dat
     if "mb" in groups:
         pass
     elif "part" in groups:
-        frame = _number_passes(_with_step(frame, spans), spans, regex)
+        frame = _number_passes(_with_step(frame, spans).collect(engine=ENGINE), spans, regex).lazy()
     else:  # Megatron: the n-th forward (backward) range on a thread in a step is micro-batch n
         number = pl.int_range(pl.len()).over("key", "step", "phase").cast(pl.Int32)
         frame = _with_step(frame, spans).sort("start").with_columns(microbatch=number)
-    return frame.select(LABEL_COLUMNS).sort("key", "start")
+    return frame.select(LABEL_COLUMNS).sort("key", "start").collect(engine=ENGINE)
 
 
 def _phase(word: pl.Expr, short: pl.Expr | None) -> pl.Expr:
@@ -165,10 +170,10 @@ def _phase(word: pl.Expr, short: pl.Expr | None) -> pl.Expr:
     return word.replace_strict(PHASES, default=None, return_dtype=pl.String)
 
 
-def _with_step(frame: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _with_step(frame: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """``step``: which ProfilerStep on the label's thread it starts in (0 before the first, or without any),
     so labels numbered by order count afresh each step."""
-    marks = spans.filter(pl.col("kind") == "step").select(key="lane", at="start").sort("key", "at")
+    marks = spans.lazy().filter(pl.col("kind") == "step").select(key="lane", at="start").sort("key", "at")
     marks = marks.with_columns(step=pl.int_range(pl.len()).over("key").cast(pl.Int32))
     joined = frame.with_columns(at=pl.col("start")).sort("key", "at").join_asof(
         marks, on="at", by="key", strategy="backward", check_sortedness=False
@@ -225,8 +230,9 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
     launch call's start (GPU work); a kernel on a labelled stretch of its own stream (a kernel label) takes
     that label first. Spans under no label get null phase. ``launched`` is that CPU instant (null for GPU work
     without its launch); ``context`` names the top-level CPU operator that launched GPU work (the span's own
-    name for CPU work), for inferring passes without labels."""
-    keyed = with_launch(work, spans, key=EVENT_KEY)
+    name for CPU work), for inferring passes without labels. One query."""
+    spans, found = spans.lazy(), found.lazy()
+    keyed = with_launch(work.lazy(), spans, key=EVENT_KEY)
     on_gpu = pl.col("device").is_not_null()
     keyed = keyed.with_columns(
         at=pl.when(on_gpu).then("at").otherwise("start"),
@@ -244,10 +250,10 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
         phase=pl.when(take).then("gpu_phase").when(pl.col("cpu_in").fill_null(False)).then("cpu_phase"),
         microbatch=pl.when(take).then("gpu_mb").when(pl.col("cpu_in").fill_null(False)).then("cpu_mb"),
         chunk=pl.when(take).then("gpu_chunk").when(pl.col("cpu_in").fill_null(False)).then("cpu_chunk"),
-    ).drop("at_pid", "at", "at_lane", "own", *label)
+    ).drop("at_pid", "at", "at_lane", "own", *label).collect(engine=ENGINE)
 
 
-def _look_up(keyed: pl.DataFrame, found: pl.DataFrame, by: str, at: str, side: str) -> pl.DataFrame:
+def _look_up(keyed: pl.LazyFrame, found: pl.LazyFrame, by: str, at: str, side: str) -> pl.LazyFrame:
     """The latest label of ``found`` starting at or before ``at`` on key ``by``: its phase, microbatch and
     chunk, and ``{side}_in``, whether its range still holds ``at``."""
     marks = found.select(
@@ -259,7 +265,7 @@ def _look_up(keyed: pl.DataFrame, found: pl.DataFrame, by: str, at: str, side: s
     return joined.with_columns(**{f"{side}_in": pl.col(at) < pl.col("_end")}).drop("_end")
 
 
-def _launch_context(keyed: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _launch_context(keyed: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
     """``context``: the top-level CPU operator holding each GPU span's launch (autograd's for backward)."""
     top = top_level(spans.filter(pl.col("kind") == "cpu_op")).select(
         at_lane="lane", at="start", op_end="end", op_name="name"

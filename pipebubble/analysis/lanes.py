@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import union_stats
+from pipebubble.analysis.intervals import ENGINE, union_stats
 from pipebubble.spans import CPU_WORK, GPU_WORK
 
 LANE_COLUMNS = [
@@ -30,26 +30,34 @@ _KEYS = ["lane", "rank", "pid", "tid", "device", "stream"]
 
 
 def lane_table(spans: pl.DataFrame) -> pl.DataFrame:
-    """One row per lane, GPU device lanes first, then their streams, then CPU threads."""
-    gpu = spans.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK))
-    cpu = spans.filter(pl.col("device").is_null() & pl.col("kind").is_in(CPU_WORK))
-    devices = _stats(gpu, ["lane"], "gpu").with_columns(stream=pl.lit(None, pl.Int64))
-    streams = _stats(gpu, ["lane", "stream"], "gpu").with_columns(lane=pl.format("{}/stream{}", "lane", "stream"))
-    threads = _stats(cpu, ["lane"], "cpu")
-    return sort_lanes(pl.concat([devices, streams, threads], how="diagonal"))
+    """One row per lane, GPU device lanes first, then their streams, then CPU threads. The three levels are
+    one table (``_level``: 0 devices, 1 streams, 2 threads; ``_stream``: a stream lane's stream), so their
+    unions are one merge; a lane's other attributes are the same on all its spans."""
+    gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
+    cpu = pl.col("device").is_null() & pl.col("kind").is_in(CPU_WORK)
+    work, cols = spans.lazy().filter(pl.col("lane").is_not_null()), [*_KEYS, "start", "end"]
+    rows = pl.concat([
+        work.filter(gpu).select(*cols, _level=pl.lit(0), _stream=pl.lit(None, pl.Int64)),
+        work.filter(gpu & pl.col("stream").is_not_null()).select(*cols, _level=pl.lit(1), _stream="stream"),
+        work.filter(cpu).select(*cols, _level=pl.lit(2), _stream=pl.lit(None, pl.Int64)),
+    ]).collect(engine=ENGINE)
+    by = ["_level", "lane", "_stream"]
+    stats = union_stats(rows.select(*by, "start", "end"), by)
+    attrs = rows.lazy().group_by(by).agg(pl.col(k).first() for k in _KEYS[1:])
+    level = pl.col("_level")
+    table = stats.lazy().join(attrs, on=by, nulls_equal=True).with_columns(
+        lane=pl.when(level == 1).then(pl.format("{}/stream{}", "lane", "stream")).otherwise("lane"),
+        stream=pl.when(level != 0).then("stream"),
+        kind=pl.when(level == 2).then(pl.lit("cpu")).otherwise(pl.lit("gpu")),
+    )
+    return sort_lanes(table)
 
 
-def sort_lanes(table: pl.DataFrame) -> pl.DataFrame:
+def sort_lanes(table: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """GPU device lanes first, then their streams, then CPU threads; by rank, process, device, stream, thread."""
     order = pl.when(pl.col("kind") == "cpu").then(2).when(pl.col("stream").is_null()).then(0).otherwise(1)
-    return table.sort(order, "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True).select(LANE_COLUMNS)
-
-
-def _stats(frame: pl.DataFrame, keys: list[str], kind: str) -> pl.DataFrame:
-    """Union per lane (and stream); the lane's other attributes are the same on all its spans."""
-    stats = union_stats(frame.select(*keys, "start", "end"), keys)
-    attrs = frame.group_by(keys).agg(pl.col(k).first() for k in _KEYS[1:] if k not in keys)
-    return stats.join(attrs, on=keys).with_columns(kind=pl.lit(kind))
+    ordered = table.lazy().sort(order, "rank", "pid", "device", "stream", "tid", "lane", nulls_last=True)
+    return ordered.select(LANE_COLUMNS).collect(engine=ENGINE)
 
 
 def lane_table_windowed(spans: pl.LazyFrame, rows_per_window: int = 1_000_000) -> pl.DataFrame:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.collectives import P2P, comm_ranges
-from pipebubble.analysis.intervals import top_level
+from pipebubble.analysis.intervals import ENGINE, top_level
 from pipebubble.analysis.labels import labels
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.spans import owner
@@ -60,17 +60,18 @@ def p2p_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | No
     ops = _operations(p2p)
     ops = _with_kernels(_with_pass(ops, spans), spans)
     seq = pl.int_range(pl.len()).over("who", "direction", "peer")
-    return ops.sort("who", "start", "end").with_columns(seq=seq).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+    ops = ops.sort("who", "start", "end").with_columns(seq=seq).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+    return ops.collect(engine=ENGINE)
 
 
-def _operations(p2p: pl.DataFrame) -> pl.DataFrame:
+def _operations(p2p: pl.DataFrame) -> pl.LazyFrame:
     """One row per operation: the outermost synchronous range (``op``) of its direction on its thread and
     every range of that direction starting inside it (a grouped send and receive are two operations), its
     first start, last end, and the micro-batch, pass and stage id its ``PP:`` name gives."""
-    p2p = p2p.with_columns(key=pl.format("{}|{}", "lane", "kind"))
+    p2p = p2p.lazy().with_columns(key=pl.format("{}|{}", "lane", "kind"))
     sync = p2p.filter(~pl.col("name").str.contains(_ASYNC))
-    anchors = top_level(sync, "key").with_row_index("op")
-    marks = anchors.select("key", at="start", op="op", op_end="end").sort("key", "at")
+    anchors = top_level(sync, "key").with_row_index("op").collect(engine=ENGINE)
+    marks = anchors.lazy().select("key", at="start", op="op", op_end="end").sort("key", "at")
     probe = p2p.with_columns(at=pl.col("start")).sort("key", "at")
     hit = probe.join_asof(marks, on="at", by="key", strategy="backward", check_sortedness=False)
     inside = hit.filter(pl.col("op").is_not_null() & (pl.col("at") < pl.col("op_end")))
@@ -89,13 +90,13 @@ def _operations(p2p: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _with_kernels(ops: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _with_kernels(ops: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """An operation that launched communication kernels takes their times and GPU lane (a grouped send and
     receive share theirs)."""
-    kernels = spans.filter((pl.col("kind") == "comm") & pl.col("device").is_not_null())
-    if kernels.is_empty():
+    if not ((spans["kind"] == "comm") & spans["device"].is_not_null()).any():
         return ops
-    launched = with_launch(kernels, spans, how="inner", key=EVENT_KEY).select(
+    kernels = spans.lazy().filter((pl.col("kind") == "comm") & pl.col("device").is_not_null())
+    launched = with_launch(kernels, spans.lazy(), how="inner", key=EVENT_KEY).select(
         k_lane="lane", k_start="start", k_end="end", lane="at_lane", at="at"
     ).sort("lane", "at")
     hits = []
@@ -112,14 +113,14 @@ def _with_kernels(ops: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     ).drop("k_lane", "k_start", "k_end")
 
 
-def _with_pass(ops: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _with_pass(ops: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """``microbatch``/``phase``: the ``PP:`` name's, else those of the pass label holding the operation on
     its thread; ``peer``, ``bytes``, ``tag`` unknown (null)."""
     ops = ops.with_columns(phase=pl.col("pp_phase").replace_strict(_PHASE, default=None), microbatch="pp_mb")
     found, _ = labels(spans)
-    found = found.filter(pl.col("device").is_null())
-    if found.height:
-        notes = found.select("lane", at="start", l_end="end", l_phase="phase", l_mb="microbatch").sort("lane", "at")
+    if found["device"].is_null().any():
+        notes = found.lazy().filter(pl.col("device").is_null()).select(
+            "lane", at="start", l_end="end", l_phase="phase", l_mb="microbatch").sort("lane", "at")
         look = ops.select("op", "lane", at="start").sort("lane", "at").join_asof(
             notes, on="at", by="lane", strategy="backward", check_sortedness=False
         ).filter(pl.col("at") < pl.col("l_end"))

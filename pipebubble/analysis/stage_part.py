@@ -108,8 +108,9 @@ def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, gr
     local = {r: own[r][2] for r in ranks}
     works = _by_rank(work, local)
     hosts = _by_rank(merge(cpu, ["stage", "kind"]), local)
+    no_work, no_host = work.clear(), _empty_host(spans.schema["kind"])
     return {
-        r: StagePart(names, order, works.get(r, work.clear()), hosts.get(r, _empty_host(spans.schema["kind"])),
+        r: StagePart(names, order, works.get(r, no_work), hosts.get(r, no_host),
                      {"pattern": pattern, "inferred": pattern is None, "mode": "gpu" if r in gpu_stages else "cpu"},
                      pipeline)
         for r, (names, order, _, pipeline) in own.items()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import merge, top_level
+from pipebubble.analysis.intervals import ENGINE, merge, top_level
 from pipebubble.analysis.labels import attribute, labels
 from pipebubble.spans import BACKWARD_NAMES, CPU_WORK, GPU_WORK, is_comm
 
@@ -39,10 +39,10 @@ def labelled_work(
     staged = spans.filter(pl.col("stage").is_not_null())
     found, pattern = labels(staged, microbatch_regex)
     on_gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
-    gpu_stages = set(staged.filter(on_gpu)["stage"].unique())
-    gpu = staged.filter(pl.col("stage").is_in(list(gpu_stages)) & on_gpu)
+    gpu_stages = set(staged.lazy().filter(on_gpu).select(pl.col("stage").unique()).collect(engine=ENGINE)["stage"])
+    gpu = staged.lazy().filter(pl.col("stage").is_in(list(gpu_stages)) & on_gpu)
     cpu = _cpu_work(staged.filter(~pl.col("stage").is_in(list(gpu_stages))), found)
-    work = pl.concat([gpu, cpu], how="vertical").with_columns(
+    work = pl.concat([gpu, cpu.lazy()], how="vertical").with_columns(
         role=pl.when(is_comm())
         .then(pl.lit("comm"))
         .otherwise(pl.lit("compute"))
@@ -50,22 +50,27 @@ def labelled_work(
     work = attribute(work, spans, found)
     work = infer_microbatches(work, spans) if pattern is None else _steps_of(work, spans, apart)
     # Spans of one pass that overlap or touch become one interval: every union taken later is unchanged.
-    merged = merge(work.select(WORK_COLUMNS), LABEL_KEYS).select(WORK_COLUMNS).sort("stage", "start")
+    merged = merge(work, LABEL_KEYS).lazy().select(WORK_COLUMNS).sort("stage", "start").collect(engine=ENGINE)
     return merged, pattern, gpu_stages
 
 
 def _steps_of(work: pl.DataFrame, spans: pl.DataFrame, apart: bool) -> pl.DataFrame:
     """``_steps``, where passes exist (over all stages, or ``apart``, stage by stage), else the steps of
     ``_steps_from_markers``."""
-    passes = work.filter(pl.col("phase").is_in(["forward", "backward", "weight"]))
-    if not apart or passes.is_empty():
+    if not apart:
         return _steps(work, spans)
-    with_passes = passes["stage"].unique().implode()
-    rest = work.filter(~pl.col("stage").is_in(with_passes))
-    if rest.is_empty():
+    stages = work.lazy().group_by("stage").agg(passes=_PASS.any()).collect(engine=ENGINE)
+    with_passes = stages["stage"].filter(stages["passes"])
+    if with_passes.is_empty() or with_passes.len() == stages.height:
         return _steps(work, spans)
-    steps = _steps(work.filter(pl.col("stage").is_in(with_passes)), spans)
-    return pl.concat([steps, _steps_from_markers(rest, spans).drop("launched", strict=False)], how="vertical")
+    mine = pl.col("stage").is_in(pl.lit(with_passes).implode())
+    steps = _steps(work.filter(mine), spans)
+    return pl.concat([steps, _steps_from_markers(work.filter(~mine), spans).drop("launched", strict=False)],
+                     how="vertical")
+
+
+#: Work of a micro-batch pass.
+_PASS = pl.col("phase").is_in(["forward", "backward", "weight"])
 
 
 def _cpu_work(staged: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
@@ -143,9 +148,9 @@ def _steps(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     Other work takes the step of the nearest pass boundary before it on the same stage (the first step, for work
     before the first pass)."""
     forward = pl.col("phase") == "forward"
-    if work.filter(pl.col("phase").is_in(["forward", "backward", "weight"])).is_empty():
+    if not work.select(_PASS.any()).item():
         return _steps_from_markers(work, spans).drop("launched", strict=False)
-    ordered = _marker_of(work.sort("stage", "start").with_row_index("row"), spans)
+    ordered = _marker_of(work.lazy().sort("stage", "start").with_row_index("row"), spans)
     first = (
         forward
         & (pl.col("microbatch") == pl.col("microbatch").filter(forward).min().over("stage"))
@@ -158,18 +163,20 @@ def _steps(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     starts = fwd.select("row", begins=(new & pl.col("first")).cast(pl.Int32))
     ordered = ordered.join(starts, on="row", how="left").sort("row")
     step = (pl.col("begins").fill_null(0).cum_sum().over("stage") - 1).clip(0)
-    return ordered.with_columns(step=step.cast(pl.Int32)).drop("row", "begins", "marker", "launched", strict=False)
+    steps = ordered.with_columns(step=step.cast(pl.Int32)).drop("row", "begins", "marker", "launched", strict=False)
+    return steps.collect(engine=ENGINE)
 
 
-def _marker_of(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _marker_of(work: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """``marker``: the index of the ProfilerStep of the span's stage that holds its launch (its own start on
     the CPU); 0 without markers."""
     marks = (
-        spans.filter((pl.col("kind") == "step") & pl.col("stage").is_not_null())
+        spans.lazy().filter((pl.col("kind") == "step") & pl.col("stage").is_not_null())
         .sort("start")
         .select("stage", marker_at="start", marker=pl.int_range(pl.len()).over("stage").cast(pl.Int32))
     )
-    at = pl.coalesce(pl.col("launched"), pl.col("start")) if "launched" in work.columns else pl.col("start")
+    launched = "launched" in work.collect_schema().names()
+    at = pl.coalesce(pl.col("launched"), pl.col("start")) if launched else pl.col("start")
     probe = work.with_columns(marker_at=at).sort("marker_at")
     joined = probe.join_asof(marks.sort("marker_at"), on="marker_at", by="stage", strategy="backward",
                              check_sortedness=False)
@@ -178,15 +185,15 @@ def _marker_of(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 
 def _steps_from_markers(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """No passes at all: the k-th ProfilerStep of each stage's rank is its step k."""
+    if not (spans["kind"] == "step").any():
+        return work.lazy().with_columns(step=pl.lit(0, pl.Int32)).collect(engine=ENGINE)
     marks = (
-        spans.filter(pl.col("kind") == "step")
+        spans.lazy().filter(pl.col("kind") == "step")
         .sort("start")
         .with_columns(k=pl.int_range(pl.len()).over("stage").cast(pl.Int32))
         .select("stage", "start", "k")
     )
-    if marks.is_empty():
-        return work.with_columns(step=pl.lit(0, pl.Int32))
-    joined = work.sort("start").join_asof(
+    joined = work.lazy().sort("start").join_asof(
         marks.sort("start"), on="start", by="stage", strategy="backward", check_sortedness=False
     )
-    return joined.with_columns(step=pl.col("k").fill_null(0)).drop("k")
+    return joined.with_columns(step=pl.col("k").fill_null(0)).drop("k").collect(engine=ENGINE)

@@ -66,22 +66,21 @@ def summarised(
         sq=(pl.col("dur").cast(pl.Int128) * pl.col("dur").cast(pl.Int128)).sum(),
     )
     stats = timed.group_by("name").agg(**sums, **({} if bounded else {"median": pl.col("dur").median()}))
+    if bounded:
+        stats = stats.join(medians.exact(timed, "name", "dur").lazy(), on="name", how="left", nulls_equal=True)
     # A name's class: that of its earliest operation (a name given to two classes is rare).
     kinds = timed.group_by("name", kind=pl.col("cls").cast(pl.String)).agg(first=pl.col("start").min())
-    api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"])))
-    ranges = _calls(cpu.filter(pl.col("kind") == "annotation"))
-    short = timed.filter(pl.col("cls").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS)).select(pl.len())
-    ops = timed.group_by("name", "dur").agg(n=pl.len())
-    queries = [stats, kinds, api, ranges, short] + ([] if alone else [ops])
-    stats, kinds, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming")
     kinds = kinds.sort("name", "first", "kind").unique("name", keep="first").select("name", "kind")
-    if bounded:
-        stats = stats.join(medians.exact(timed, "name", "dur"), on="name", how="left", nulls_equal=True)
     named = pl.col("name").cast(pl.String)
     stats = stats.join(kinds, on="name", nulls_equal=True).with_columns(named)
     stats = stats.select("kind", "name", "count", "total", "min", "max", "median", "sq")
-    if rest:
-        rest = [rest[0].join(kinds, on="name", nulls_equal=True).with_columns(named).select("kind", "name", "dur", "n")]
+    api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"])))
+    ranges = _calls(cpu.filter(pl.col("kind") == "annotation"))
+    short = timed.filter(pl.col("cls").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS)).select(pl.len())
+    ops = timed.group_by("name", "dur").agg(n=pl.len()).join(kinds, on="name", nulls_equal=True)
+    ops = ops.with_columns(named).select("kind", "name", "dur", "n")
+    queries = [stats, api, ranges, short] + ([] if alone else [ops])
+    stats, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming")
     summary = {"count": delay.len(), "total": int(delay.sum() or 0), "max": delay.max(), "median": delay.median()}
     if alone:
         return GpuPart(rows, stats, api, ranges, summary, short.item())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.intervals import ENGINE, merge
 from pipebubble.report import Breakdown
 from pipebubble.spans import is_comm, owner
 
@@ -18,20 +18,21 @@ def rows_in_memory(
     """The rows of a table in memory: ``gpu`` its operations (``part.gpu_ops``, with ``row``), ``cpu`` the rest,
     ``launch`` the call that launched each operation (row, at_lane, at, start)."""
     steps = steps_of(cpu.lazy(), step_regex)
-    owners = gpu.select("lane", "owner").unique()
+    owners = gpu.lazy().select("lane", "owner").unique().collect(engine=ENGINE)
     lengths, merged = unions(gpu, owners, steps)
-    ops = gpu.select("lane", "owner", "row", "correlation", op_start="start")
-    ended = ending_ops(gaps_of(merged), ops).join(launch.drop("start"), on="row", how="left")
+    ops = gpu.lazy().select("lane", "row", "correlation", op_start="start")
+    ended = ending_ops(gaps_of(merged), ops, launch)
     causes = idle_causes(ended, blocked_of(cpu.lazy()), steps)
     return rows_of(windows_of(gpu.lazy(), owners, steps), lengths, causes, attrs_of(gpu.lazy()))
 
 
 def windows_of(gpu: pl.LazyFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """lane, step, ws, we: each GPU's whole window (first to last busy instant; step null) and its steps."""
-    windows = gpu.group_by("lane").agg(ws=pl.col("start").min(), we=pl.col("end").max()).collect()
-    windows = windows.with_columns(step=pl.lit(None, pl.Int64)).select("lane", "step", "ws", "we")
-    step_windows = owners.join(steps, on="owner").select("lane", "step", "ws", "we")
-    return pl.concat([windows, step_windows.cast(windows.schema)])  # type: ignore[arg-type]
+    windows = gpu.group_by("lane").agg(ws=pl.col("start").min(), we=pl.col("end").max()).select(
+        "lane", step=pl.lit(None, pl.Int64), ws="ws", we="we")
+    step_windows = owners.lazy().join(steps.lazy(), on="owner").select("lane", "step", "ws", "we")
+    both = pl.concat([windows, step_windows.cast(windows.collect_schema())])  # type: ignore[arg-type]
+    return both.collect(engine=ENGINE)
 
 
 def attrs_of(gpu: pl.LazyFrame) -> pl.DataFrame:
@@ -41,12 +42,12 @@ def attrs_of(gpu: pl.LazyFrame) -> pl.DataFrame:
 
 def rows_of(wins: pl.DataFrame, unions: pl.DataFrame, causes: pl.DataFrame, attrs: pl.DataFrame) -> list[Breakdown]:
     """The breakdown rows from the windows, the unions' lengths and the idle causes per (lane, step)."""
-    table = wins.join(unions, on=KEYS, how="left", nulls_equal=True).with_columns(
+    table = wins.lazy().join(unions.lazy(), on=KEYS, how="left", nulls_equal=True).with_columns(
         pl.col(c).fill_null(0) for c in unions.columns if c not in KEYS
     )
-    table = table.join(causes, on=KEYS, how="left", nulls_equal=True)
-    table = table.join(attrs, on="lane").sort("lane", pl.col("step").is_not_null(), "step")
-    return [_row(r) for r in table.iter_rows(named=True)]
+    table = table.join(causes.lazy(), on=KEYS, how="left", nulls_equal=True)
+    table = table.join(attrs.lazy(), on="lane").sort("lane", pl.col("step").is_not_null(), "step")
+    return [_row(r) for r in table.collect(engine=ENGINE).iter_rows(named=True)]
 
 
 def _row(r: dict) -> Breakdown:
@@ -68,36 +69,28 @@ def unions(gpu: pl.DataFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> tupl
     """|∪| per (lane, step) of compute, comm, memory, compute ∪ comm (``busy``) and all work (``all``), and
     the merged intervals of all work (lane, owner, start, end). Each class is merged once over the whole
     window, the wider unions from those (fewer) merged intervals, and each is then cut to the steps: a
-    union inside a step is the whole union's part in it."""
-    cls = pl.col("cls")
-    merged = {
-        "compute": merge(gpu.filter(cls == "compute"), ["lane"]),
-        "comm": merge(gpu.filter(cls == "comm"), ["lane"]),
-        "memory": merge(gpu.filter(cls.is_in(["memcpy", "memset"])), ["lane"]),
-    }
-    merged["busy"] = _union_of(merged["compute"], merged["comm"])
-    merged["all"] = _union_of(merged["busy"], merged["memory"])
-    # One table of every union's intervals, tagged by union: one group-by (and one cut to the steps).
-    tagged = pl.concat([m.select("lane", "start", "end", union=pl.lit(name)) for name, m in merged.items()])
-    pieces = tagged.with_columns(step=pl.lit(None, pl.Int64))
+    union inside a step is the whole union's part in it: all five in two merges, each over the unions it
+    makes tagged by union (``union``)."""
+    cls = pl.col("cls").cast(pl.String)
+    memory = cls.is_in(["memcpy", "memset"])
+    classes = merge(gpu.select("lane", "start", "end", union=pl.when(memory).then(pl.lit("memory")).otherwise(cls)),
+                    ["lane", "union"])
+    wider = pl.concat([classes.lazy().filter(pl.col("union") != "memory").with_columns(union=pl.lit("busy")),
+                       classes.lazy().with_columns(union=pl.lit("all"))])
+    tagged = pl.concat([classes, merge(wider.collect(engine=ENGINE), ["lane", "union"])])
+    pieces = tagged.lazy().with_columns(step=pl.lit(None, pl.Int64))
     if steps.height:
         stepped = _by_step(tagged.join(owners, on="lane"), steps)
-        pieces = pl.concat([pieces, stepped.select(pieces.columns)])
-    lengths = pieces.group_by(*KEYS, "union").agg(ns=(pl.col("end") - pl.col("start")).sum())
-    wide = lengths.pivot(on="union", index=KEYS, values="ns")
-    wide = wide.with_columns(
-        (pl.col(name).fill_null(0) if name in wide.columns else pl.lit(0, pl.Int64)).alias(name) for name in merged
-    )
-    return wide, merged["all"].join(owners, on="lane", maintain_order="left")
+        pieces = pl.concat([pieces, stepped.lazy().select(pieces.collect_schema().names())])
+    ns = pl.col("end") - pl.col("start")
+    wide = pieces.group_by(KEYS).agg(ns.filter(pl.col("union") == name).sum().alias(name) for name in UNIONS)
+    every = tagged.lazy().filter(pl.col("union") == "all").select("lane", "start", "end")
+    wide, every = pl.collect_all([wide, every.join(owners.lazy(), on="lane", maintain_order="left")], engine=ENGINE)
+    return wide, every
 
 
-def _union_of(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    """The merged union of two sets of merged intervals (one of them empty: the other, unchanged)."""
-    if b.is_empty():
-        return a
-    if a.is_empty():
-        return b
-    return merge(pl.concat([a, b]), ["lane"])
+#: The unions ``unions`` measures: by class, compute ∪ comm, and all work.
+UNIONS = ("compute", "comm", "memory", "busy", "all")
 
 
 STEP_NUMBER = r"#(\d+)$"
@@ -112,11 +105,10 @@ def steps_of(cpu: pl.LazyFrame, step_regex: str | None) -> pl.DataFrame:
         named = pl.col("name").str.contains(r"^ProfilerStep#\d+$")
         found = cpu.filter((pl.col("kind") == "step") | ((pl.col("kind") == "annotation") & named))
     found = found.with_columns(owner=owner()).unique(["owner", "name", "start", "end"]).sort("owner", "start")
-    found = found.select("owner", "name", "start", "end").collect()
     number = pl.col("name").str.extract(STEP_NUMBER).cast(pl.Int64, strict=False)
     order = pl.int_range(pl.len()).over("owner").cast(pl.Int64)
     step = order if step_regex else number.fill_null(order)
-    return found.select("owner", step=step, ws="start", we="end")
+    return found.select("owner", step=step, ws="start", we="end").collect(engine=ENGINE)
 
 
 def _by_step(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -162,29 +154,37 @@ def _cut(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def gaps_of(merged: pl.DataFrame) -> pl.DataFrame:
     """lane, owner, start, end: the gaps between each GPU's ``merged`` work (lane, owner, start, end)."""
     return (
-        merged.with_columns(gap_start=pl.col("end").shift(1).over("lane"))
+        merged.lazy().with_columns(gap_start=pl.col("end").shift(1).over("lane"))
         .filter(pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start")))
         .select("lane", "owner", start="gap_start", end="start")
+        .collect(engine=ENGINE)
     )
 
 
-def ending_ops(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def ending_ops(gaps: pl.DataFrame, ops: pl.DataFrame | pl.LazyFrame, launch: pl.DataFrame | None = None
+               ) -> pl.DataFrame:
     """Each gap with the ``row`` of the op that ended it: the one that starts at its end (``op_start``; among
-    equals the lowest correlation id, then row, whatever order the table holds them in)."""
-    ops = ops.select("lane", "op_start", "row", "correlation").sort("op_start", "correlation", "row")
-    nxt = gaps.sort("end").join_asof(ops, left_on="end", right_on="op_start", by="lane", strategy="forward",
-                                     check_sortedness=False)
-    return nxt.select("lane", "owner", "start", "end", "row")
+    equals the lowest correlation id, then row, whatever order the table holds them in); given ``launch``
+    (row, at_lane, at, start), with the call that launched it (``at_lane``, ``at``; null where none is known)."""
+    ops = ops.lazy().select("lane", "op_start", "row", "correlation").sort("op_start", "correlation", "row")
+    nxt = gaps.lazy().sort("end").join_asof(ops, left_on="end", right_on="op_start", by="lane", strategy="forward",
+                                            check_sortedness=False).select("lane", "owner", "start", "end", "row")
+    if launch is not None:
+        nxt = nxt.join(launch.lazy().drop("start"), on="row", how="left")
+    return nxt.collect(engine=ENGINE)
 
 
 def blocked_of(cpu: pl.LazyFrame) -> dict[str, pl.DataFrame]:
     """Per thread, the merged intervals in which it was in a synchronize (``in_sync``) or in a collective or
     point-to-point call (``in_peer``): a GPU gap that began there was the host's wait, not its lateness."""
-    sync, ranges = pl.collect_all([
-        cpu.filter(pl.col("kind") == "sync").select("lane", "start", "end"),
-        cpu.filter(pl.col("kind").is_in(["cpu_op", "annotation", "comm"]) & is_comm()).select("lane", "start", "end"),
-    ])
-    return {"in_sync": merge(sync, ["lane"]), "in_peer": merge(ranges, ["lane"])}
+    sync = pl.col("kind") == "sync"
+    ranges = pl.col("kind").is_in(["cpu_op", "annotation", "comm"]) & is_comm()
+    flag = pl.when(sync).then(pl.lit("in_sync")).otherwise(pl.lit("in_peer"))
+    found = cpu.filter(sync | ranges).select("lane", "start", "end", flag=flag).collect(engine=ENGINE)
+    merged = merge(found, ["flag", "lane"])
+    parts = merged.partition_by("flag", as_dict=True, include_key=False, maintain_order=True)
+    empty = pl.DataFrame(schema={c: t for c, t in merged.schema.items() if c != "flag"})
+    return {name: parts.get((name,), empty) for name in ("in_sync", "in_peer")}
 
 
 def idle_causes(ended: pl.DataFrame, blocked: dict[str, pl.DataFrame], steps: pl.DataFrame) -> pl.DataFrame:
@@ -193,9 +193,9 @@ def idle_causes(ended: pl.DataFrame, blocked: dict[str, pl.DataFrame], steps: pl
     empty = pl.DataFrame(schema={"lane": pl.String, "step": pl.Int64, **{c: pl.Int64 for c in CAUSES}})
     if ended.is_empty():
         return empty
-    nxt = ended
+    nxt = ended.lazy()
     for flag, intervals in blocked.items():
-        marks = intervals.select(at_lane="lane", b_start="start", b_end="end").sort("b_start")
+        marks = intervals.lazy().select(at_lane="lane", b_start="start", b_end="end").sort("b_start")
         nxt = nxt.sort("start").join_asof(marks, left_on="start", right_on="b_start", by="at_lane",
                                           strategy="backward", check_sortedness=False)
         nxt = nxt.with_columns((pl.col("start") < pl.col("b_end")).fill_null(False).alias(flag)).drop(
@@ -208,15 +208,12 @@ def idle_causes(ended: pl.DataFrame, blocked: dict[str, pl.DataFrame], steps: pl
         .otherwise(pl.lit("other"))
     )
     gaps = nxt.select("lane", "owner", "start", "end", cause=cause)
-    whole = gaps.with_columns(step=pl.lit(None, pl.Int64))
-    stepped = _by_step(gaps.filter(pl.col("owner").is_not_null()), steps)
-    both = pl.concat([whole.select(*KEYS, "cause", "start", "end"), stepped.select(*KEYS, "cause", "start", "end")])
-    per = both.group_by(*KEYS, "cause").agg(ns=(pl.col("end") - pl.col("start")).sum())
-    wide = per.pivot(on="cause", index=KEYS, values="ns")
-    for c in CAUSES:
-        if c not in wide.columns:
-            wide = wide.with_columns(pl.lit(0, pl.Int64).alias(c))
-    wide = wide.select(*KEYS, *CAUSES).cast(empty.schema)  # type: ignore[arg-type]
-    return wide.with_columns(pl.col(c).fill_null(0) for c in CAUSES)
+    both = gaps.select("lane", step=pl.lit(None, pl.Int64), cause="cause", start="start", end="end")
+    if steps.height:
+        stepped = _by_step(gaps.filter(pl.col("owner").is_not_null()).collect(engine=ENGINE), steps)
+        both = pl.concat([both, stepped.lazy().select(*KEYS, "cause", "start", "end")])
+    ns = pl.col("end") - pl.col("start")
+    wide = both.group_by(KEYS).agg(ns.filter(pl.col("cause") == c).sum().alias(c) for c in CAUSES)
+    return wide.cast(empty.schema).collect(engine=ENGINE)  # type: ignore[arg-type]
 
 
