@@ -4,17 +4,23 @@ it; ``calibrate`` measures the hand-offs and set-up that make it meet a measured
 
 Pure functions, int64 nanoseconds. A pass's start is max(its stage's previous end, its dependency's end +
 hand-off) + set-up, whatever order the stages are visited in, so the replay is the longest path through the
-orders' graph: each action's times are looked up once into flat lists (``_plan``) and the graph is walked
-with integer keys, each action visited once (``_walk``). The timed actions are built only when asked for.
+orders' graph. Every action is an integer key (``schedules.numbered``, once per schedule); what it depends
+on is a table by key once per shape (``_links``), its times tables by key once per replay (``_tables``,
+built from the grids with slices and C-level maps, not per action), and the graph is walked over the keys,
+each action visited once (``_walk``). The timed actions are built only when asked for: a job's what-if
+replays some 150,000 actions at 64 stages and needs only each replay's step and busy times.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import repeat
+from operator import add, floordiv, mul, sub
 
-from pipebubble.analysis.schedules import Action, Schedule, validate
+from pipebubble.analysis.schedules import PHASES, Action, Schedule, numbered, validate
 from pipebubble.errors import StageSpecError
 
 Grid = tuple[tuple[int, ...], ...]
@@ -81,13 +87,30 @@ class TimedAction:
 @dataclass(frozen=True)
 class Simulation:
     """A schedule replayed on measured times: the step runs from 0 to ``step_time_ns``; ``starts`` and
-    ``ends`` hold each stage's actions' times in its order."""
+    ``ends`` hold each stage's actions' times in its order (read from ``ended`` and ``durations``, every
+    action's end and duration by key, ``schedules.numbered``, when asked for: a what-if needs only the step
+    and the busy times)."""
 
     schedule: Schedule
-    starts: tuple[tuple[int, ...], ...]
-    ends: tuple[tuple[int, ...], ...]
     step_time_ns: int
     busy_ns: tuple[int, ...]
+    ended: tuple[int | None, ...] = field(repr=False)
+    durations: tuple[int, ...] = field(repr=False)
+
+    @functools.cached_property
+    def ends(self) -> tuple[tuple[int, ...], ...]:
+        return self._by_stage(map(self.ended.__getitem__, numbered(self.schedule)))
+
+    @functools.cached_property
+    def starts(self) -> tuple[tuple[int, ...], ...]:
+        keys = numbered(self.schedule)
+        return self._by_stage(map(sub, map(self.ended.__getitem__, keys), map(self.durations.__getitem__, keys)))
+
+    def _by_stage(self, values: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+        """Values in the orders' sequence (every stage's actions one after another) cut into stages."""
+        values, p = list(values), self.schedule.stages
+        n = len(values) // p
+        return tuple(tuple(values[s * n:(s + 1) * n]) for s in range(p))
 
     @functools.cached_property
     def actions(self) -> tuple[tuple[TimedAction, ...], ...]:
@@ -122,39 +145,28 @@ def _fits(schedule: Schedule, times: StageTimes) -> bool:
         schedule.stages * schedule.chunks, schedule.microbatches)
 
 
-def _row(schedule: Schedule, times: StageTimes, stage: int, action: Action) -> tuple[StageTimes, int, int, int]:
-    """Where an action's times lie, as (times, row, parts, part): the ``chunked`` times' row for its virtual
-    stage, whole, when they fit the schedule; else the stage's row, cut into equal chunk parts."""
-    if _fits(schedule, times):
-        return times.chunked, schedule.virtual_stage(stage, action.chunk), 1, 0
-    return times, stage, schedule.chunks, action.chunk
+def _key(schedule: Schedule, stage: int, action: Action) -> int:
+    """The action's key, as ``schedules.numbered`` numbers it."""
+    k = schedule.virtual_stage(stage, action.chunk)
+    return (PHASES[action.phase] * schedule.microbatches + action.microbatch) * schedule.stages * schedule.chunks + k
 
 
 def action_duration(schedule: Schedule, times: StageTimes, stage: int, action: Action) -> int:
     """Duration of one action. Without measured W, a split schedule assumes the backward divides into
     equal input- and weight-gradient halves (B_input ≈ B_weight ≈ F for the usual B ≈ 2F; Qi et al. 2023,
     section 2, take T_F = T_B = T_W); a measured W in an unsplit schedule runs inside B."""
-    src, row, parts, part = _row(schedule, times, stage, action)
-    value = _table(schedule.split_backward, (src.forward, src.backward, src.weight), row, True)
-    return _split(value[_PHASE[action.phase]][action.microbatch], parts, part)
+    return _tables(schedule, times)[0][_key(schedule, stage, action)]
 
 
 def action_setup(schedule: Schedule, times: StageTimes, stage: int, action: Action) -> int:
     """The stage's own time before one action, cut like the pass; an unsplit schedule runs a measured W's
     set-up inside B, and a split of an unsplit measurement keeps it all with B."""
-    src, row, parts, part = _row(schedule, times, stage, action)
-    if src.setup is None:
-        return 0
-    value = _table(schedule.split_backward, src.setup, row, False)
-    return _split(value[_PHASE[action.phase]][action.microbatch], parts, part)
+    return _tables(schedule, times)[1][_key(schedule, stage, action)]
 
 
 def hop_ns(schedule: Schedule, times: StageTimes, stage: int, action: Action) -> int:
     """The hand-off into ``action`` on ``stage`` from the stage its dependency ran on."""
-    src, row, _, _ = _row(schedule, times, stage, action)
-    if src.hop is None or action.phase == "W":
-        return src.p2p_ns
-    return src.hop[0 if action.phase == "F" else 1][row][action.microbatch]
+    return _tables(schedule, times)[2][_key(schedule, stage, action)]
 
 
 Key = tuple[str, int, int]  # (phase, microbatch, virtual stage)
@@ -181,19 +193,20 @@ def simulate(schedule: Schedule, times: StageTimes) -> Simulation:
     schedule's, for the summary, the calibration and the what-if baseline), and it is run once."""
     validate(schedule)
     _check_times(schedule, times)
-    shape = _shape(schedule)
-    costs = [_costs(schedule, times, s, stage) for s, stage in enumerate(shape)]
-    ends = _walk(shape, costs, schedule.stages * schedule.chunks * schedule.microbatches * len(_PHASE))
-    stuck = [f"stage {s} waits at {order[len(e)]}" for s, (order, e) in
-             enumerate(zip(schedule.orders, ends, strict=True)) if len(e) < len(order)]
+    keys = numbered(schedule)
+    p = schedule.stages
+    deps, crosses = _links(p, schedule.microbatches, schedule.chunks)
+    durations, setups, hops = _tables(schedule, times)
+    n = len(keys) // p if p else 0
+    end, stop = _walk(keys, deps, list(map(add, setups, durations)), list(map(mul, hops, crosses)), p, n)
+    stuck = [f"stage {s} waits at {order[at - s * n]}" for s, (order, at) in
+             enumerate(zip(schedule.orders, stop, strict=True)) if at < (s + 1) * n]
     if stuck:
         raise StageSpecError(f"schedule {schedule.name!r} deadlocks: {'; '.join(stuck)}")
-    tail = times.tail_ns or (0,) * schedule.stages
-    step = max((e[-1] + tail[s] for s, e in enumerate(ends) if e), default=0)
-    starts = tuple(tuple(e - d for e, d in zip(ended, cost[0], strict=True)) for ended, cost in zip(ends, costs,
-                                                                                                   strict=True))
-    busy = tuple(sum(cost[0]) for cost in costs)
-    return Simulation(schedule, starts, tuple(map(tuple, ends)), step, busy)
+    tail = times.tail_ns or (0,) * p
+    step = max((end[keys[(s + 1) * n - 1]] + tail[s] for s in range(p)), default=0) if n else 0
+    busy = tuple(sum(durations[s::p]) for s in range(p))  # a key's stage is key % p
+    return Simulation(schedule, step, busy, tuple(end[:-1]), tuple(durations))
 
 
 def _check_times(schedule: Schedule, times: StageTimes) -> None:
@@ -204,105 +217,111 @@ def _check_times(schedule: Schedule, times: StageTimes) -> None:
         )
 
 
-_PHASE = {"F": 0, "B": 1, "W": 2}
-
-
 @functools.lru_cache(maxsize=16)
-def _shape(schedule: Schedule) -> tuple[tuple[list, ...], ...]:
-    """What a replay needs of the orders whatever the times, once per schedule: per stage, its actions'
-    phases (0 F, 1 B, 2 W), micro-batches, chunks, virtual stages, keys, their dependencies' keys (-1: none)
-    and whether that dependency ran on another stage. A key numbers (phase, micro-batch, virtual stage)."""
-    p, m = schedule.stages, schedule.microbatches
-    width = p * schedule.chunks
-    last = width - 1
-    out = []
-    for s, order in enumerate(schedule.orders):
-        phases = [_PHASE[a.phase] for a in order]
-        mbs = [a.microbatch for a in order]
-        chunks = [a.chunk for a in order]
-        ks = [c * p + s for c in chunks]
-        # ``_dependency``'s rule: F the previous virtual stage's F, B the next one's B (the last's own F), W its B.
-        dep_ks = [k - 1 if ph == 0 else k + 1 if ph == 1 and k < last else k for ph, k in zip(phases, ks, strict=True)]
-        dep_phases = [0 if ph == 0 or (ph == 1 and k == last) else 1 for ph, k in zip(phases, ks, strict=True)]
-        # A key numbers (phase, micro-batch, virtual stage): (phase · m + micro-batch) · width + virtual stage.
-        dep_keys = [-1 if dk < 0 else (dp * m + j) * width + dk for dp, j, dk in zip(dep_phases, mbs, dep_ks,
-                                                                                      strict=True)]
-        crosses = [dk >= 0 and dk % p != s for dk in dep_ks]
-        keys = [(ph * m + j) * width + k for ph, j, k in zip(phases, mbs, ks, strict=True)]
-        out.append((phases, mbs, chunks, ks, keys, dep_keys, crosses))
-    return tuple(out)
+def _links(p: int, m: int, v: int) -> tuple[list[int], list[int]]:
+    """Per key (``schedules.numbered``), whatever the order: the key of the pass it depends on
+    (``_dependency``; ``3 · m · p · v``: none) and 1 where that pass runs on another stage, else 0. Keys run
+    F, B, W, each micro-batch by micro-batch over the virtual stages, so each rule is a slice."""
+    width = p * v
+    block, last = m * width, width - 1
+    forward = list(range(-1, block - 1))  # the previous virtual stage's F, none on the first
+    forward[::width] = [3 * block] * m
+    backward = list(range(block + 1, 2 * block + 1))  # the next virtual stage's B; on the last, its own F
+    backward[last::width] = range(last, block, width)
+    deps = forward + backward + list(range(block, 2 * block))  # W: its own B
+    # Only F and B hand off, to a neighbouring virtual stage, which lies on another stage when p > 1.
+    crosses = [int(p > 1)] * (2 * block) + [0] * block
+    crosses[:block:width] = [0] * m  # F on the first virtual stage: no dependency
+    crosses[block + last:2 * block:width] = [0] * m  # B on the last: its own F
+    return deps, crosses
 
 
-def _costs(schedule: Schedule, times: StageTimes, s: int, shape: tuple) -> tuple[list[int], list[int], list[int]]:
-    """Stage ``s``'s actions' durations, set-up + duration, and hand-offs in (0 where the dependency ran on
-    this stage), in its order, as ``action_duration``, ``action_setup`` and ``hop_ns`` give them."""
-    phases, mbs, chunks, ks, _, _, crosses = shape
-    fits, split, v = _fits(schedule, times), schedule.split_backward, schedule.chunks
-    src = times.chunked if fits else times
-    rows = ks if fits else [s] * len(phases)
-    grids = (src.forward, src.backward, src.weight)
-    passes = {r: _table(split, grids, r, True) for r in set(rows)}
-    dur = [passes[r][ph][j] for ph, r, j in zip(phases, rows, mbs, strict=True)]
+def _tables(schedule: Schedule, times: StageTimes) -> tuple[list[int], list[int], list[int]]:
+    """Every action's duration, set-up and hand-off in (whether or not its dependency ran on another stage),
+    indexed by key (``schedules.numbered``; no W keys in an unsplit schedule): from the ``chunked`` times'
+    row for its virtual stage, whole, when they fit the schedule; else from its stage's row, duration and
+    set-up cut into equal chunk parts."""
+    fits, split = _fits(schedule, times), schedule.split_backward
+    src, chunks = (times.chunked, 1) if fits else (times, schedule.chunks)
+    durations = _by_key(_phases(split, (src.forward, src.backward, src.weight), True), chunks, True)
     if src.setup is None:
-        own = [0] * len(phases)
+        setups = [0] * len(durations)
     else:
-        setups = {r: _table(split, src.setup, r, False) for r in set(rows)}
-        own = [setups[r][ph][j] for ph, r, j in zip(phases, rows, mbs, strict=True)]
-    if not fits and v > 1:  # each chunk does an equal part of the stage's measurement
-        dur = [_split(d, v, c) for d, c in zip(dur, chunks, strict=True)]
-        own = [_split(d, v, c) for d, c in zip(own, chunks, strict=True)]
-    hop = [0 if not x else src.p2p_ns if src.hop is None or ph == 2 else src.hop[ph][r][j]
-           for x, ph, r, j in zip(crosses, phases, rows, mbs, strict=True)]
-    return dur, [a + b for a, b in zip(own, dur, strict=True)], hop
+        setups = _by_key(_phases(split, src.setup, False), chunks, True)
+    if src.hop is None and not src.p2p_ns:
+        return durations, setups, [0] * len(durations)
+    blank = tuple((src.p2p_ns,) * len(row) for row in src.forward)
+    forward, backward = src.hop if src.hop is not None else (blank, blank)
+    return durations, setups, _by_key((forward, backward, blank if split else None), chunks, False)
 
 
-def _table(split: bool, grids: tuple[Grid, Grid, Grid | None], row: int, halves: bool) -> tuple[tuple[int, ...], ...]:
-    """Row ``row`` of ``grids`` (forward, backward, weight) as (F, B, W) values per micro-batch (``halves``: a
-    duration, whose unmeasured W is half the backward; else a set-up, all of it with B)."""
-    forward, backward, weight = (None if g is None else g[row] for g in grids)
+def _phases(split: bool, grids: tuple[Grid, Grid, Grid | None], halves: bool) -> tuple[Grid, Grid, Grid | None]:
+    """``grids`` (forward, backward, weight) as the (F, B, W) grids the schedule runs, W None when it runs
+    none (``halves``: durations, whose unmeasured W is half the backward; else set-ups, all of theirs with B)."""
+    forward, backward, weight = grids
     if not split:
-        b = backward if weight is None else tuple(x + y for x, y in zip(backward, weight, strict=True))
-        return forward, b, ()
+        b = backward if weight is None else tuple(tuple(map(add, x, y)) for x, y in zip(backward, weight, strict=True))
+        return forward, b, None
     if weight is not None:
         return forward, backward, weight
     if halves:
-        return forward, tuple(b - b // 2 for b in backward), tuple(b // 2 for b in backward)
-    return forward, backward, (0,) * len(backward)
+        return forward, tuple(tuple(b - b // 2 for b in row) for row in backward), tuple(
+            tuple(b // 2 for b in row) for row in backward)
+    return forward, backward, tuple((0,) * len(row) for row in backward)
 
 
-def _walk(shape: tuple, costs: list, size: int) -> list[list[int]]:
-    """Each stage runs its order until an action's dependency has not ended; the action that ends it wakes
-    the stage again, so every action is visited once. Returns each stage's ends (shorter than its order
-    where it deadlocked)."""
-    done: list[int | None] = [None] * size
-    waiting: dict[int, list[int]] = {}
-    ends: list[list[int]] = [[] for _ in shape]
-    ready = list(range(len(shape)))
+def _by_key(grids: tuple[Grid, Grid, Grid | None], chunks: int, cut: bool) -> list[int]:
+    """The (F, B, W) grids' values in key order (phase, micro-batch, virtual stage; W None: none). Each row stands for
+    ``chunks`` virtual stages (1: the rows are virtual stages), chunk c of a row taking part c of its value
+    when ``cut`` (``_split``), else all of it."""
+    out: list[int] = []
+    for grid in filter(None, grids):
+        for column in zip(*grid, strict=True):  # one micro-batch over the rows
+            if chunks == 1:
+                out += column
+            elif cut:  # ``_split``'s part c of d, d // v + (c < d % v), is (d + v - 1 - c) // v
+                for c in range(chunks):
+                    out += map(floordiv, map(add, column, repeat(chunks - 1 - c)), repeat(chunks))
+            else:
+                out += column * chunks
+    return out
+
+
+def _walk(keys: list[int], deps: list[int], cost: list[int], hop: list[int], p: int, n: int
+          ) -> tuple[list[int | None], list[int]]:
+    """Each of the ``p`` stages (``n`` ``keys`` each, one stage after another) runs its order until an
+    action's dependency (``deps``) has not ended; the action that ends it wakes the stage again, so every
+    action is visited once. An action starts at max(its stage's previous end, its dependency's end + ``hop``)
+    and ends ``cost`` later (both by key). Returns every key's end (None where its stage deadlocked before
+    it) and where each stage stopped (the end of its keys: done).
+
+    A key has one waiter to wake: only another stage's pass and, for a B, its own stage's W depend on it,
+    and a stage waiting for its own pass never runs it (both deadlock)."""
+    end: list[int | None] = [None] * len(deps) + [0]  # the last entry: "no dependency", ended at the start
+    waiter = [-1] * len(deps)
+    stop, free_at = [s * n for s in range(p)], [0] * p
+    ready = list(range(p))
     while ready:
         s = ready.pop()
-        keys, deps = shape[s][4], shape[s][5]
-        _, cost, hops = costs[s]
-        ended = ends[s]
-        free = ended[-1] if ended else 0
-        for i in range(len(ended), len(keys)):
-            dep = deps[i]
-            if dep >= 0:
-                at = done[dep]
-                if at is None:
-                    waiting.setdefault(dep, []).append(s)
-                    break
-                at += hops[i]
-                if at > free:
-                    free = at
-            elif free < 0:
-                free = 0
-            free += cost[i]
-            ended.append(free)
+        i, last, free = stop[s], (s + 1) * n, free_at[s]
+        while i < last:
             key = keys[i]
-            done[key] = free
-            if key in waiting:
-                ready += [w for w in waiting.pop(key) if w != s]
-    return ends
+            dep = deps[key]
+            at = end[dep]
+            if at is None:
+                waiter[dep] = s
+                break
+            at += hop[key]
+            if at > free:
+                free = at
+            free += cost[key]
+            end[key] = free
+            woken = waiter[key]
+            if woken >= 0:
+                ready.append(woken)
+            i += 1
+        stop[s], free_at[s] = i, free
+    return end, stop
 
 
 def ideal_step_time_ns(times: StageTimes) -> int:

@@ -12,10 +12,13 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache
+from itertools import chain, repeat, zip_longest
+from operator import add, attrgetter
 
 from pipebubble.errors import StageSpecError
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+PHASES = {"F": 0, "B": 1, "W": 2}  #: a phase's number in ``numbered``
 
 
 @dataclass(frozen=True, order=True)
@@ -43,7 +46,10 @@ class Schedule:
 
     @cached_property
     def split_backward(self) -> bool:
-        return any(a.phase == "W" for order in self.orders for a in order)
+        keys = numbered(self)  # W keys come after every F and B key
+        if keys:
+            return max(keys) >= 2 * self.microbatches * self.stages * self.chunks
+        return "W" in map(attrgetter("phase"), chain.from_iterable(self.orders))
 
     def virtual_stage(self, stage: int, chunk: int) -> int:
         return chunk * self.stages + stage
@@ -78,7 +84,7 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     _check_sizes(stages, microbatches, 1)
     forwards = tuple(Action("F", j) for j in range(microbatches))
     backwards = tuple(Action("B", j) for j in range(microbatches))
-    orders = tuple(_interleave(forwards, backwards, stages - s - 1, ()) for s in range(stages))
+    orders = tuple(_interleave(forwards, backwards, stages - s - 1) for s in range(stages))
     return Schedule("1f1b", stages, microbatches, 1, orders)
 
 
@@ -105,7 +111,7 @@ def interleaved_1f1b(stages: int, microbatches: int, chunks: int) -> Schedule:
     orders = []
     for s in range(stages):
         warmup = (chunks - 1) * group + 2 * (stages - s - 1)
-        orders.append(_interleave(forwards, backwards, warmup, ()))
+        orders.append(_interleave(forwards, backwards, warmup))
     return Schedule("interleaved_1f1b", stages, microbatches, chunks, tuple(orders))
 
 
@@ -118,7 +124,8 @@ def zero_bubble(stages: int, microbatches: int) -> Schedule:
     _check_sizes(stages, microbatches, 1)
     forwards = tuple(Action("F", j) for j in range(microbatches))
     backwards = tuple(Action("B", j) for j in range(microbatches))
-    orders = tuple(_interleave(forwards, backwards, stages - s - 1, (s,)) for s in range(stages))
+    weights = tuple(Action("W", j) for j in range(microbatches))
+    orders = tuple(_interleave(forwards, backwards, stages - s - 1, weights, s) for s in range(stages))
     return Schedule("zero_bubble", stages, microbatches, 1, orders)
 
 
@@ -132,23 +139,18 @@ def _depth_first(microbatches: int, chunks: int, group: int, reverse: bool) -> t
 
 
 def _interleave(
-    forwards: tuple[Action, ...], backwards: tuple[Action, ...], warmup: int, defer_w: tuple[int, ...]
+    forwards: tuple[Action, ...], backwards: tuple[Action, ...], warmup: int,
+    weights: tuple[Action, ...] = (), defer: int = 0,
 ) -> tuple[Action, ...]:
-    """Warm-up forwards, then F/B pairs, then the remaining backwards. With ``defer_w = (k,)`` every
-    backward is followed by a W pass, except that the first k W passes wait until the end."""
+    """Warm-up forwards, then F/B pairs, then the remaining backwards. With ``weights`` (each backward's W
+    pass) every backward is followed by the oldest W pass not yet run, except that the first ``defer`` W
+    passes wait until the end. Built by slicing and zipping the shared actions: a schedule of many stages
+    builds thousands of orders."""
     warmup = min(warmup, len(forwards))
-    order = list(forwards[:warmup])
-    pending: list[Action] = []
-    steady = len(forwards) - warmup
-    for i, backward in enumerate(backwards):
-        if i < steady:
-            order.append(forwards[warmup + i])
-        order.append(backward)
-        if defer_w:
-            pending.append(Action("W", backward.microbatch, backward.chunk))
-            if i >= defer_w[0]:
-                order.append(pending.pop(0))
-    return tuple(order + pending)
+    released = weights[:max(0, len(weights) - defer)]  # the W passes run after the backwards from ``defer`` on
+    after = (None,) * min(defer, len(backwards)) + released if weights else ()
+    body = chain.from_iterable(zip_longest(forwards[warmup:], backwards, after))
+    return forwards[:warmup] + tuple(filter(None, body)) + weights[len(released):]  # an Action is never falsy
 
 
 def _expected(schedule: Schedule) -> Counter[Action]:
@@ -162,23 +164,53 @@ def validate(schedule: Schedule) -> None:
     _validate(schedule)
 
 
+@lru_cache(maxsize=16)
+def numbered(schedule: Schedule) -> list[int] | None:
+    """Every stage's actions one after another, each as its key (phase · m + micro-batch) · (p · v) + virtual
+    stage (phases F, B, W: ``PHASES``), which numbers each action of a valid schedule once; None when an
+    action's phase, micro-batch or chunk is not the schedule's. The builders share action objects between
+    stages, so the first stage's are read and the rest looked up by identity (others are read one by one):
+    a schedule of many stages holds many actions."""
+    p, m, v = schedule.stages, schedule.microbatches, schedule.chunks
+    flat = list(chain.from_iterable(schedule.orders))
+    ids = list(map(id, flat))
+    known = {id(a): _base(a, p, m, v) for a in schedule.orders[0]} if schedule.orders else {}
+    codes = list(map(known.get, ids))
+    if None in codes:  # actions of their own on later stages (orders written out by hand)
+        known.update((id(a), _base(a, p, m, v)) for a in flat)
+        codes = list(map(known.get, ids))
+    if -1 in codes:
+        return None
+    stage = chain.from_iterable(map(repeat, range(len(schedule.orders)), map(len, schedule.orders)))
+    return list(map(add, codes, stage))
+
+
+def _base(action: Action, p: int, m: int, v: int) -> int:
+    """An action's key on stage 0 (``numbered``), -1 when its phase, micro-batch or chunk is not known."""
+    phase = PHASES.get(action.phase)
+    if phase is None or not (0 <= action.microbatch < m and 0 <= action.chunk < v):
+        return -1
+    return (phase * m + action.microbatch) * p * v + action.chunk * p
+
+
 @lru_cache(maxsize=64)
 def _validate(schedule: Schedule) -> None:
     if len(schedule.orders) != schedule.stages:
         raise StageSpecError(
             f"schedule {schedule.name!r}: {len(schedule.orders)} orders for {schedule.stages} stages"
         )
-    m, v = schedule.microbatches, schedule.chunks
-    code = {ph: i for i, ph in enumerate(("F", "B", "W") if schedule.split_backward else ("F", "B"))}
-    size = len(code) * m * v
+    size = (3 if schedule.split_backward else 2) * schedule.microbatches * schedule.chunks
+    if any(len(order) != size for order in schedule.orders):
+        _explain(schedule)
+    keys = numbered(schedule)
+    if keys is None or len(set(keys)) != len(keys):  # each stage its expected actions exactly once, or not
+        _explain(schedule)
+
+
+def _explain(schedule: Schedule) -> None:
+    """Raise what is wrong with the first stage that does not run each expected action exactly once."""
+    expected = _expected(schedule)
     for s, order in enumerate(schedule.orders):
-        # Each expected action exactly once: as many actions as expected, all of them expected, none twice
-        # (numbered as integers, which hash fast; the messages below name what is wrong).
-        seen = {(code[a.phase] * m + a.microbatch) * v + a.chunk for a in order
-                if a.phase in code and 0 <= a.microbatch < m and 0 <= a.chunk < v}
-        if len(order) == size and len(seen) == size:
-            continue
-        expected = _expected(schedule)
         got = Counter(order)
         if got != expected:
             extra, missing = sorted((got - expected).elements()), sorted((expected - got).elements())

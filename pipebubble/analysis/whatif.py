@@ -110,7 +110,9 @@ def _recommend(label: str, sim: Simulation, base: int, note: str = "") -> Recomm
 
 
 def _spread(total: int, parts: int) -> tuple[int, ...]:
-    return tuple(_split(total, parts, i) for i in range(parts))
+    """``total`` cut into ``parts`` near-equal integers, the larger first (``_split`` of every part)."""
+    whole, rest = divmod(total, parts)
+    return (whole + 1,) * rest + (whole,) * (parts - rest)
 
 
 def rescale_microbatches(times: StageTimes, microbatches: int) -> StageTimes:
