@@ -65,6 +65,12 @@ def names(trace: Path) -> list[str]:
     return [e["name"] for e in events(trace)["traceEvents"] if e.get("ph") == "X"]
 
 
+def memory(trace: Path) -> list[dict]:
+    """The args of the trace's CPU allocator events (`[memory]` instants of device type 0)."""
+    found = [e["args"] for e in events(trace)["traceEvents"] if e.get("name") == "[memory]"]
+    return [args for args in found if args["Device Type"] == 0]
+
+
 def test_plain_script_keeps_exit_code_and_writes_a_trace(tmp_path):
     result = capture([sys.executable, script(tmp_path, TRAIN)], CaptureOptions(out=tmp_path / "out"))
     assert result.exit_code == 3
@@ -74,6 +80,25 @@ def test_plain_script_keeps_exit_code_and_writes_a_trace(tmp_path):
     meta = json.loads(result.metadata.read_text())
     assert meta["exit_code"] == 3 and meta["world_size"] == 1 and meta["torch"]
     assert "environ" not in json.dumps(meta).lower()
+    # Allocator memory is recorded by default: every allocation and free, with the running total.
+    assert meta["profile_memory"] is True
+    allocated = memory(result.traces[0])
+    assert allocated and {"Total Allocated", "Total Reserved", "Bytes", "Device Id"} <= set(allocated[0])
+    assert max(args["Total Allocated"] for args in allocated) > 0
+
+
+def test_no_memory_leaves_the_allocator_out(tmp_path):
+    body = "import torch\ntorch.randn(64, 64).matmul(torch.randn(64, 64))\n"
+    app = typer.Typer()
+    capture_cli.register(app)
+    app.command("noop")(lambda: None)
+    out = tmp_path / "out"
+    args = ["capture", "--mode", "run", "--no-memory", "--quiet", "-o", str(out), "--", sys.executable,
+            script(tmp_path, body)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "aten::matmul" in names(out / "rank0.pt.trace.json.gz") and not memory(out / "rank0.pt.trace.json.gz")
+    assert json.loads((out / "capture.json").read_text())["profile_memory"] is False
 
 
 def test_script_without_optimizer_steps_says_what_to_change(tmp_path):
@@ -129,7 +154,7 @@ def test_torchrun_gives_one_trace_per_rank(tmp_path):
 
 @pytest.mark.slow
 def test_pipeline_workload_labels_every_microbatch(tmp_path):
-    settings = WorkloadSettings(schedule="1f1b", stages=4, microbatches=8, hidden=128, layers=4)
+    settings = WorkloadSettings(schedule="1f1b", stages=4, microbatches=8, hidden=128, layers=4, batch=40)
     options = CaptureOptions(out=tmp_path / "out", active=1)
     command, about, options = workload_command("pipeline", settings, options)
     result = capture(command, options, about)
@@ -138,13 +163,45 @@ def test_pipeline_workload_labels_every_microbatch(tmp_path):
         labels = {n for n in names(trace) if re.fullmatch(r"PP:\d+[FB]\d+", n)}
         assert labels == {f"PP:{rank}{phase}{mb}" for phase in "FB" for mb in range(8)}
         assert events(trace)["distributedInfo"]["rank"] == rank
-    assert json.loads(result.metadata.read_text())["workload"]["schedule"] == "1f1b"
+        # --batch 40 in 8 micro-batches: a block's output is 5 rows of 128 float32 values.
+        assert 5 * 128 * 4 in {args["Bytes"] for args in memory(trace)}
+    workload = json.loads(result.metadata.read_text())["workload"]
+    assert (workload["schedule"], workload["batch"]) == ("1f1b", 40)
     # ... and reads back through the analysis as the pipeline it is.
     from pipebubble.options import Options, Scale
     from pipebubble.run import run
 
     pipe = run([options.out], Options(), Scale(use_cache=False)).pipeline
     assert (pipe.stages, pipe.microbatches, pipe.schedule, pipe.microbatches_inferred) == (4, 8, "1f1b", False)
+
+
+def test_pipeline_batch_is_the_global_batch_in_rows(tmp_path):
+    options = CaptureOptions(out=tmp_path / "out")
+    default, about, _ = workload_command("pipeline", WorkloadSettings(microbatches=4), options)
+    assert default[default.index("--batch") + 1] == "128" and about["batch"] == 128  # 32 rows per micro-batch
+    given, about, _ = workload_command("pipeline", WorkloadSettings(microbatches=4, batch=2048), options)
+    assert given[given.index("--batch") + 1] == "2048" and about["batch"] == 2048
+
+
+def test_batch_is_refused_for_the_serve_workload(tmp_path):
+    with pytest.raises(CaptureError, match="--batch applies to --workload pipeline only"):
+        workload_command("serve", WorkloadSettings(batch=64), CaptureOptions(out=tmp_path / "out"))
+
+
+@pytest.mark.parametrize("batch, hint", [(10, "e.g. 8 or 12"), (2, "e.g. 4 or 8"), (0, "e.g. 4 or 8")])
+def test_a_batch_that_does_not_split_evenly_is_refused_up_front(tmp_path, batch, hint):
+    settings = WorkloadSettings(microbatches=4, batch=batch)
+    with pytest.raises(CaptureError, match=f"--batch {batch} does not split into 4 micro-batches.*{hint}"):
+        workload_command("pipeline", settings, CaptureOptions(out=tmp_path / "out"))
+
+
+def test_the_pipeline_module_refuses_such_a_batch_too(capsys):
+    from pipebubble.capture.workloads import pipeline
+
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.parse(["--microbatches", "4", "--batch", "10"])
+    assert exit_info.value.code == 2 and "--batch 10 does not split into 4" in capsys.readouterr().err
+    assert pipeline.parse(["--microbatches", "4", "--batch", "12"]).microbatch_rows == 3
 
 
 def test_cli_rejects_a_workload_and_a_command_together(tmp_path):

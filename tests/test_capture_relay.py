@@ -17,6 +17,9 @@ CHATTER = [
     b"STAGE:2024-03-01 10:00:00 1234:1234 ActivityProfilerController.cpp:314] Completed Stage: Warm Up\n",
     b"WARNING:2024-03-01 10:00:00 1234:1234 CuptiActivityProfiler.cpp:1063] CUPTI initialization failed\n",
     b"[W1201 14:23:21.907000 22378 torch/csrc/autograd/profiler_kineto.cpp:123] Warning: no CUDA\n",
+    # the CPU allocator's memory reporter, as a rank of a process group prints it
+    b"[rank3]:[W1202 00:49:16.686691979 CPUAllocator.cpp:245] Memory block of unknown size was allocated before "
+    b"the profiling started, profiler results will not include the deallocation event\n",
     b"/x/site-packages/torch/profiler/profiler.py:204: UserWarning: Profiler won't be using warmup\n",
 ]
 PROGRAM = [
@@ -49,6 +52,14 @@ def test_the_programs_lines_pass_untouched(line):
 def test_a_profiler_warnings_source_line_goes_with_it():
     warning = [CHATTER[-1], b"  warn('Profiler won't be using warmup')\n"]
     assert run([b"".join(warning) + b"  indented, the program's\n"]) == (b"  indented, the program's\n", warning)
+
+
+def test_ranks_profiler_lines_run_together_are_all_chatter_and_so_are_their_newlines():
+    # Kineto writes a line and its newline apart; ranks sharing one pipe interleave them (seen with 4 gloo ranks).
+    starts = [CHATTER[0].rstrip(b"\n").replace(b"22109", str(pid).encode()) for pid in (1, 2, 3)]
+    out, chatter = run([*starts, b"\n", b"\n", b"\n", b"epoch 1\n", b"\n"])
+    assert out == b"epoch 1\n\n"  # the program's own empty line is kept
+    assert chatter == [line + b"\n" for line in starts]
 
 
 def test_chatter_written_in_pieces_is_still_caught():

@@ -256,7 +256,8 @@ def load_hook():
 
 def session(tmp_path: Path):
     hook = load_hook()
-    config = {"out": str(tmp_path), "wait": 0, "warmup": 0, "active": 1, "mode": "run", "record_shapes": False}
+    config = {"out": str(tmp_path), "wait": 0, "warmup": 0, "active": 1, "mode": "run", "record_shapes": False,
+              "profile_memory": True}
     return hook._Session(None, config)
 
 

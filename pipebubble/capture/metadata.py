@@ -74,6 +74,7 @@ def build_metadata(
         "mode": options.mode,
         "schedule": {"wait": options.wait, "warmup": options.warmup, "active": options.active},
         "record_shapes": options.record_shapes,
+        "profile_memory": options.profile_memory,
         "torch": first.get("torch"),
         "world_size": first.get("world_size", len(statuses) or None),
         "python": sys.version.split()[0],

@@ -14,6 +14,7 @@ import collections
 import os
 import re
 import threading
+from itertools import pairwise
 from pathlib import Path
 
 LOG_NAME = "capture.log"
@@ -22,8 +23,13 @@ _HOLD_MAX = 4096  # a partial line longer than this is passed on, chatter or not
 
 # Kineto's logger: LEVEL:YYYY-MM-DD HH:MM:SS PID:TID File.cpp:LINE] message (libkineto/src/Logger.cpp).
 _KINETO = re.compile(rb"(?:USDT|STAGE|INFO|WARNING|ERROR|VERBOSE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\] ")
-# c10's glog-style warnings from the profiler's own sources: [W1201 14:23:09.907 123 .../profiler_kineto.cpp:45]
-_C10 = re.compile(rb"\[[WIEF][^\]\n]*(?:kineto|profiler|[Cc]upti)[^\]\n]*\.(?:cpp|h):\d+\]")
+# What torch.distributed puts before a rank's c10 messages once its process group is up.
+_RANK = re.compile(rb"(?:\[rank\d+\]:)?")
+# c10's glog-style warnings from the profiler's own sources: [W1201 14:23:09.907 123 .../profiler_kineto.cpp:45],
+# and from the CPU allocator's memory reporter, which speaks only while memory is profiled (a free of a block
+# allocated before the profiler started).
+_C10 = re.compile(_RANK.pattern + rb"\[[WIEF][^\]\n]*(?:kineto|profiler|[Cc]upti|CPUAllocator)"
+                  rb"[^\]\n]*\.(?:cpp|h):\d+\]")
 # A Python warning raised inside torch.profiler: its header line, then the indented source line under it.
 _PYWARN = re.compile(rb"\S*torch[/\\](?:profiler|autograd[/\\]profiler)\S*\.py:\d+: \w*Warning: ")
 _INSIDE = re.compile(_KINETO.pattern + rb"|" + _C10.pattern)
@@ -47,12 +53,13 @@ class LineFilter:
         self.held = b""
         self.passing = False  # inside a line whose start was passed on already
         self.warning_source = False  # the next indented line belongs to a profiler Python warning
+        self.owed = 0  # newlines still to come for profiler lines that ran together (see _whole_line)
 
     def feed(self, data: bytes) -> tuple[bytes, list[bytes]]:
         out, chatter = bytearray(), []
         buf, self.held = self.held + data, b""
         at = 0
-        if not self.warning_source and b"Warning: " not in buf and _INSIDE.search(buf) is None:
+        if not (self.warning_source or self.owed) and b"Warning: " not in buf and _INSIDE.search(buf) is None:
             at = buf.rfind(b"\n") + 1  # no profiler line in here: every whole line is the program's
             out += buf[:at]
             self.passing = self.passing and not at
@@ -68,21 +75,39 @@ class LineFilter:
                     self.passing = True
                 break
             line, at = buf[at:end], end
+            self._whole_line(line, out, chatter)
+        return bytes(out), chatter
+
+    def _whole_line(self, line: bytes, out: bytearray, chatter: list[bytes]) -> None:
+        """Pass one whole line on, or keep it as chatter, or split it between the two."""
+        if self.owed and line in (b"\n", b"\r\n"):
+            self.owed -= 1
+            return
+        starts = [m.start() for m in _INSIDE.finditer(line, 0 if self.passing else _RANK.match(line).end() + 1)]
+        if not starts:
+            self._unsplit(line, out, chatter)
+        elif not self.passing and is_chatter(line[: starts[0]]):
+            # Kineto writes a line and its newline apart: ranks sharing one stream run their lines together,
+            # then send the newlines, one each. Each line is chatter; the newlines after it are theirs.
+            pieces = [line[a:b] for a, b in pairwise([0, *starts, len(line)])]
+            chatter += [piece + b"\n" for piece in pieces[:-1]] + pieces[-1:]
+            self.owed += len(starts)
+        else:
             # A profiler line may start inside a line of the program's (a `\r` progress bar on the same
             # terminal): the program's part goes on, and its line stays open.
-            inside = _INSIDE.search(line, 1 if not self.passing else 0)
-            if inside is not None:
-                out += line[: inside.start()]
-                chatter.append(line[inside.start():])
-                self.passing = self.passing or inside.start() > 0
-            elif self.passing:
-                out += line
-                self.passing = False
-            elif self._chatter(line):
-                chatter.append(line)
-            else:
-                out += line
-        return bytes(out), chatter
+            out += line[: starts[0]]
+            chatter.append(line[starts[0]:])
+            self.passing = self.passing or starts[0] > 0
+
+    def _unsplit(self, line: bytes, out: bytearray, chatter: list[bytes]) -> None:
+        """A line with no profiler line starting inside it: the end of the program's open line, or one whole."""
+        if self.passing:
+            out += line
+            self.passing = False
+        elif self._chatter(line):
+            chatter.append(line)
+        else:
+            out += line
 
     def close(self) -> bytes:
         held, self.held = self.held, b""

@@ -54,6 +54,7 @@ class CaptureOptions:
     warmup: int = 1
     active: int = 2
     record_shapes: bool = False
+    profile_memory: bool = True  # allocator [memory] events (Total Allocated, Bytes, ...)
     only_ranks: bool = False  # profile only processes with RANK set (the command is a launcher)
 
 

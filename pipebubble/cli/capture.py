@@ -49,6 +49,8 @@ def capture(
     warmup: Annotated[int, Opt(help="Steps profiled but thrown away.")] = 1,
     active: Annotated[int, Opt(help="Steps recorded.")] = 2,
     record_shapes: Annotated[bool, Opt("--record-shapes", help="Record operator input shapes.")] = False,
+    no_memory: Annotated[bool, Opt("--no-memory", help="Do not record allocator memory ([memory] events of "
+                                   "every allocation and free, on by default).")] = False,
     analyze: Annotated[bool, Opt("--analyze", help="Run `pipebubble analyze` on the traces.")] = False,
     width: flags.Width = None,
     quiet: flags.Quiet = False,
@@ -57,6 +59,8 @@ def capture(
     schedule: Annotated[str, Opt(help="pipeline: gpipe | 1f1b | interleaved_1f1b | zero_bubble.")] = "1f1b",
     stages: Annotated[int, Opt(help="pipeline: ranks (stages per rank: 2 when interleaved).")] = 4,
     microbatches: Annotated[int, Opt(help="pipeline: micro-batches per step.")] = 8,
+    batch: Annotated[int | None, Opt(help="pipeline: the global batch in rows, split evenly into the micro-batches "
+                                     "[default: 32 rows per micro-batch].")] = None,
     imbalance: Annotated[float, Opt(help="pipeline: the last stage does this many times the work.")] = 1.0,
     hidden: Annotated[int, Opt(help="pipeline: model width.")] = 1024,
     layers: Annotated[int, Opt(help="pipeline: MLP blocks in the whole model.")] = 8,
@@ -78,12 +82,12 @@ def capture(
     command, about = list(ctx.args), None
     if command and command[0].startswith("-"):
         raise CaptureError(f"unknown option {command[0]!r}; put the command to profile after `--`")
-    options = CaptureOptions(output, mode, wait, warmup, active, record_shapes)
+    options = CaptureOptions(output, mode, wait, warmup, active, record_shapes, profile_memory=not no_memory)
     if workload is not None:
         if command:
             raise CaptureError("give either --workload or a command after `--`, not both")
         settings = WorkloadSettings(schedule, stages, microbatches, imbalance, hidden, layers, device,
-                                    chunked_prefill, requests, arrival_rate, async_steps)
+                                    chunked_prefill, requests, arrival_rate, async_steps, batch)
         command, about, options = workload_command(workload, settings, options)
     lines = Lines(options)
     progress = None if quiet else lambda states: [f"pipebubble: {line}" for line in lines.update(states)]

@@ -109,7 +109,7 @@ class _Session:
         if self.torch.cuda.device_count() > 0:
             activities.append(profiler.ProfilerActivity.CUDA)
         kwargs = {"activities": activities, "record_shapes": self.config["record_shapes"],
-                  "on_trace_ready": self._write}
+                  "profile_memory": self.config["profile_memory"], "on_trace_ready": self._write}
         if self.config["mode"] == "steps":
             c = self.config
             kwargs["schedule"] = profiler.schedule(wait=c["wait"], warmup=c["warmup"], active=c["active"], repeat=1)

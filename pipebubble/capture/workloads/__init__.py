@@ -18,6 +18,8 @@ from pipebubble.errors import CaptureError
 
 WORKLOADS = ("pipeline", "serve")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+# pipeline: rows per micro-batch by default, enough work per block that compute, not messaging, dominates
+MICROBATCH_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class WorkloadSettings:
     requests: int = 32
     arrival_rate: float = 0.25  # new requests per engine step (deterministic, not per second)
     async_steps: bool = False  # serve: launch each step without waiting for it (vLLM V1 async scheduling)
+    batch: int | None = None  # pipeline: global batch in rows (None: MICROBATCH_ROWS per micro-batch)
 
 
 def workload_command(name: str, settings: WorkloadSettings,
@@ -45,6 +48,20 @@ def workload_command(name: str, settings: WorkloadSettings,
     raise CaptureError(f"unknown workload {name!r}: expected one of {', '.join(WORKLOADS)}")
 
 
+def microbatch_rows(batch: int | None, microbatches: int) -> int:
+    """Rows per micro-batch when a global batch of ``batch`` rows is split into ``microbatches`` (None: the
+    default, MICROBATCH_ROWS each). Every micro-batch gets the same whole number of rows, at least one, so
+    the schedules compare like for like."""
+    if batch is None:
+        return MICROBATCH_ROWS
+    if batch < microbatches or batch % microbatches:
+        below = max(microbatches, batch // microbatches * microbatches)
+        raise CaptureError(f"--batch {batch} does not split into {microbatches} micro-batches of the same whole "
+                           f"number of rows (at least 1 each): give a multiple of --microbatches, e.g. {below} "
+                           f"or {below + microbatches}")
+    return batch // microbatches
+
+
 def _pipeline(s: WorkloadSettings, options: CaptureOptions):
     if s.async_steps:
         raise CaptureError("--async applies to --workload serve only")
@@ -52,20 +69,24 @@ def _pipeline(s: WorkloadSettings, options: CaptureOptions):
         raise CaptureError(f"--schedule must be one of {', '.join(SCHEDULES)}, not {s.schedule!r}")
     if s.stages < 1 or s.microbatches < 1 or s.imbalance < 1 or s.hidden < 1 or s.layers < 1:
         raise CaptureError("--stages, --microbatches, --hidden and --layers must be >= 1, --imbalance >= 1")
+    batch = s.microbatches * microbatch_rows(s.batch, s.microbatches)
     _check_device(s.device, gpus=s.stages, who="the pipeline workload (one GPU per rank)")
     _check_numpy("the pipeline workload", "torch.distributed's recv_object_list, with which its stages agree on "
                  "shapes, uses numpy")
     steps = options.wait + options.warmup + options.active if options.mode == "steps" else 2
     command = [sys.executable, "-m", "pipebubble.capture.workloads.pipeline", "--schedule", s.schedule,
                "--stages", str(s.stages), "--microbatches", str(s.microbatches), "--imbalance", str(s.imbalance),
-               "--hidden", str(s.hidden), "--layers", str(s.layers), "--device", s.device, "--steps", str(steps)]
+               "--batch", str(batch), "--hidden", str(s.hidden), "--layers", str(s.layers), "--device", s.device,
+               "--steps", str(steps)]
     keys = ("schedule", "stages", "microbatches", "imbalance", "hidden", "layers", "device")
-    about = {"name": "pipeline", **{k: asdict(s)[k] for k in keys}, "steps": steps}
+    about = {"name": "pipeline", **{k: asdict(s)[k] for k in keys}, "batch": batch, "steps": steps}
     # The command is a launcher: only its rank processes are profiled.
     return command, about, replace(options, only_ranks=True)
 
 
 def _serve(s: WorkloadSettings, options: CaptureOptions):
+    if s.batch is not None:
+        raise CaptureError("--batch applies to --workload pipeline only")
     if s.requests < 1 or s.arrival_rate <= 0 or s.chunked_prefill < 0:
         raise CaptureError("--requests must be >= 1, --arrival-rate > 0 and --chunked-prefill >= 0")
     _check_device(s.device, gpus=1, who="the serve workload")

@@ -2,7 +2,15 @@
 
 Run without RANK set, it starts the P ranks itself (see launch.py). Each stage is a stack of MLP blocks of
 width --hidden; --imbalance X makes the last stage's blocks X times as wide inside, so it does X times the
-work of the others and the rest of the pipeline waits on it.
+work of the others and the rest of the pipeline waits on it. --batch ROWS is the global batch, split evenly
+into the --microbatches (default: 32 rows each).
+
+Memory: a block's weights and gradients grow with hidden², the activations a micro-batch in flight keeps
+for its backward with rows x hidden. To make activations dominate, make the rows many and the model narrow:
+on CPU, `--hidden 128 --layers 8 --stages 4 --batch 2048` gives each stage 0.5 MiB of weights and
+gradients, while its allocator peak over a step (`[memory]` Total Allocated) is about 6.3 MiB for GPipe,
+which holds every micro-batch at once whatever their number, and for 1F1B on rank 0 6.3 MiB at 4
+micro-batches but 3.6 MiB at 8 (it holds at most P in flight). bench/memory_capture.py prints these.
 """
 
 from __future__ import annotations
@@ -11,10 +19,9 @@ import argparse
 import os
 import sys
 
-from pipebubble.capture.workloads import SCHEDULES
+from pipebubble.capture.workloads import MICROBATCH_ROWS, SCHEDULES, microbatch_rows
 from pipebubble.capture.workloads.launch import run_ranks
-
-MICROBATCH_ROWS = 32  # rows per micro-batch: enough work per block that compute, not messaging, dominates
+from pipebubble.errors import CaptureError
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -22,12 +29,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
     parser.add_argument("--stages", type=int, default=4, help="pipeline ranks")
     parser.add_argument("--microbatches", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=None,
+                        help=f"global batch in rows, split evenly into the micro-batches (default: "
+                        f"{MICROBATCH_ROWS} rows each)")
     parser.add_argument("--imbalance", type=float, default=1.0)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8, help="MLP blocks in the whole model")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--steps", type=int, default=3, help="training steps (optimizer steps)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.microbatch_rows = microbatch_rows(args.batch, args.microbatches)
+    except CaptureError as exc:
+        parser.error(str(exc))
+    return args
 
 
 def main(argv: list[str]) -> int:
@@ -114,7 +129,7 @@ def train(args) -> int:
     params = [p for stage in stages for p in stage.submod.parameters()]
     optimizer = torch.optim.SGD(params, lr=1e-3)
     generator = torch.Generator().manual_seed(0)
-    rows = args.microbatches * MICROBATCH_ROWS
+    rows = args.microbatches * args.microbatch_rows
     x = torch.randn(rows, args.hidden, generator=generator).to(device)
     target = torch.randn(rows, args.hidden, generator=generator).to(device)
     for _ in range(args.steps):
