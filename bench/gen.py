@@ -46,6 +46,14 @@ KERNEL = """  {
     "cat": "ac2g", "name": "ac2g", "bp": "e"
   },
 """
+MEMORY = """  {
+    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 4242, "tid": 4243,
+    "ts": %.3f,
+    "args": {
+      "Total Reserved": %d, "Total Allocated": %d, "Bytes": %d, "Device Id": 0, "Device Type": 1, "Addr": %d, "Ev Idx": %d
+    }
+  },
+"""
 KERNELS = [
     "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_256x128_16x3_nn_align4>(Params)",
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, Array<char*, 3>)",
@@ -61,20 +69,32 @@ def _compact(template: str) -> str:
     return re.sub(r'("(?:[^"\\]|\\.)*")|\s+', lambda m: m.group(1) or "", template)
 
 
-def generate(path: Path, events: int, rank: int = 0, world: int = 1, seed: int = 0, compact: bool = False) -> Path:
+def generate(path: Path, events: int, rank: int = 0, world: int = 1, seed: int = 0, compact: bool = False,
+             memory: bool = False) -> Path:
     """Write a trace of about ``events`` events (5 per launched kernel, as real traces have): torch's
-    multi-line layout, or with ``compact`` all on one line with no whitespace between tokens."""
+    multi-line layout, or with ``compact`` all on one line with no whitespace between tokens. ``memory``: two
+    allocator events more per kernel (its output allocated, an older one freed, as ``profile_memory=True``
+    records them): 2 of every 7 events."""
     rnd = random.Random(seed)
-    header, cpu_op, runtime, kernel = (
-        (_compact(t) for t in (HEADER, CPU_OP, RUNTIME, KERNEL)) if compact else (HEADER, CPU_OP, RUNTIME, KERNEL)
+    header, cpu_op, runtime, kernel, alloc = (
+        (_compact(t) for t in (HEADER, CPU_OP, RUNTIME, KERNEL, MEMORY)) if compact
+        else (HEADER, CPU_OP, RUNTIME, KERNEL, MEMORY)
     )
+    per_kernel = 7 if memory else 5
+    allocated = 1 << 30
     path.parent.mkdir(parents=True, exist_ok=True)
     cpu_t, gpu_t = 1000.0, 1010.0
     with open(path, "w") as out:
         out.write(header % (rank, world))
-        for i in range(events // 5):
+        for i in range(events // per_kernel):
             dur = rnd.uniform(2.0, 40.0)
             out.write(cpu_op % (rnd.choice(OPS), cpu_t, 12.5, i, i, i))
+            if memory:
+                size = 512 * rnd.randint(1, 4096)
+                allocated += size
+                out.write(alloc % (cpu_t + 1, 2 << 30, allocated, size, 139_000_000_000 + i, i))
+                allocated -= size
+                out.write(alloc % (cpu_t + 1.5, 2 << 30, allocated, -size, 139_000_000_000 + i, i))
             out.write(runtime % (cpu_t + 2, 6.25, i, i, i, cpu_t + 2))
             gpu_t = max(gpu_t + rnd.uniform(0.0, 5.0), cpu_t + 5)
             stream = 7 if i % 7 else 20
@@ -90,4 +110,4 @@ def generate(path: Path, events: int, rank: int = 0, world: int = 1, seed: int =
 if __name__ == "__main__":
     import sys
 
-    generate(Path(sys.argv[1]), int(sys.argv[2]), compact="--compact" in sys.argv[3:])
+    generate(Path(sys.argv[1]), int(sys.argv[2]), compact="--compact" in sys.argv[3:], memory="--memory" in sys.argv[3:])

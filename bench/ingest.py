@@ -39,6 +39,8 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3, help="A/B pairs (median quoted)")
     parser.add_argument("--layout", choices=["both", *LAYOUTS], default="both")
+    parser.add_argument("--memory", action="store_true",
+                        help="allocator events too (2 of every 7 events, as profile_memory=True records them)")
     args = parser.parse_args()
     spill = os.environ.get("PIPEBUBBLE_SPILL_BYTES", "default")
     print(f"{args.events:,} events, {os.cpu_count()} cores, {args.repeat} A/B pairs, PIPEBUBBLE_SPILL_BYTES={spill}")
@@ -53,11 +55,11 @@ def main() -> None:
 
 
 def _trace(args: argparse.Namespace, layout: str) -> Path:
-    suffix = "_compact" if LAYOUTS[layout] else ""
+    suffix = ("_compact" if LAYOUTS[layout] else "") + ("_memory" if args.memory else "")
     trace = Path(str(args.trace).format(events=args.events, layout=suffix))
     if not trace.exists():
         print(f"generating {trace} ...", flush=True)
-        generate(trace, args.events, compact=LAYOUTS[layout])
+        generate(trace, args.events, compact=LAYOUTS[layout], memory=args.memory)
     return trace
 
 

@@ -102,5 +102,6 @@ def shift(part: FilePart, offset: int) -> FilePart:
         comm=comm,
         gpu=gpu,
         segments=[replace(s, start_ns=s.start_ns - offset, end_ns=s.end_ns - offset) for s in part.segments],
+        memory=None if part.memory is None else part.memory.shifted(offset),
     )
 

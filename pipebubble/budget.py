@@ -15,11 +15,11 @@ The budget is read from the environment, so a pool's workers, started from this 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pipebubble.errors import PipebubbleError
+from pipebubble.errors import PipebubbleError, StageSpecError
+from pipebubble.options import parse_size
 
 ENV = "PIPEBUBBLE_MEMORY_BUDGET"
 SPILL_ENV = "PIPEBUBBLE_SPILL_BYTES"
@@ -34,9 +34,6 @@ WINDOW_ROW_BYTES = 3000
 #: Fewer spans per window cost more in queries than they save in memory.
 MIN_WINDOW_ROWS = 1000
 _LOW, _HIGH = 512 << 20, 8 << 30
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30,
-          "ti": 1 << 40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
 
 
 class BudgetError(PipebubbleError, ValueError):
@@ -44,12 +41,11 @@ class BudgetError(PipebubbleError, ValueError):
 
 
 def parse(text: str) -> int:
-    """Bytes in ``text``: a number, optionally with a unit (k, M, G, T: powers of 1000; Ki, Mi, Gi, Ti:
-    of 1024; a trailing B is allowed)."""
-    found = _SIZE.match(str(text))
-    if not found or float(found.group(1)) <= 0:
-        raise BudgetError(f"memory budget {text!r} is not a size (say 800M, 1.5G or a number of bytes)")
-    return int(float(found.group(1)) * _UNITS[(found.group(2) or "").lower()])
+    """Bytes in a memory budget (``options.parse_size``: 800M, 1.5G, 2GiB or a number of bytes)."""
+    try:
+        return parse_size(text, "memory budget")
+    except StageSpecError as exc:
+        raise BudgetError(str(exc)) from None
 
 
 @contextmanager

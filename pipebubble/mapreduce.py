@@ -24,6 +24,8 @@ from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
+from pipebubble.analysis.memory import MemoryPart, memory_part, memory_report
+from pipebubble.analysis.memory.fit import with_memory
 from pipebubble.analysis.registry import (
     breakdown_part,
     comm_part,
@@ -50,6 +52,7 @@ class FilePart:
     segments: list[Segment]
     comm: CommPart | None = None
     gpu: GpuPart | None = None
+    memory: MemoryPart | None = None
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -80,7 +83,17 @@ def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommP
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(account, lanes, part, steps, segments, comm, gpu)
+    return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part))
+
+
+def _memory(result: FileResult, spans: pl.DataFrame | pl.LazyFrame, stages: StagePart | None) -> MemoryPart | None:
+    """The file's memory part (``analysis.memory``): its allocator events with its profiler steps and its
+    stages' passes; None without allocator events."""
+    if result.memory is None:
+        return None
+    steps = spans.filter(pl.col("kind") == "step").select("lane", "name", "start", "end")
+    steps = steps.collect() if isinstance(steps, pl.LazyFrame) else steps
+    return memory_part(result.memory, steps, None if stages is None else stages.work)
 
 
 def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
@@ -179,13 +192,14 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     if warning:
         result = replace(result, warnings=[*result.warnings, warning])
     groups = result.meta.get("pg_config")
-    account = replace(result, spans=result.spans.clear())
+    account = replace(result, spans=result.spans.clear(), memory=None)
     if alone and steps is None and not holds_stages(scan, options.pipeline, groups):
-        return FilePart(account, lanes, None, None, [], None, gpu)
+        return FilePart(account, lanes, None, None, [], None, gpu, _memory(result, scan, None))
     if not alone and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
         spans = comm_rows(scan)
         comm = comm_of(spans, participant_windows(scan))
-        return FilePart(account, lanes, stages_part(spans, options, result.meta), None, [], comm, gpu)
+        part = stages_part(spans, options, result.meta)
+        return FilePart(account, lanes, part, None, [], comm, gpu, _memory(result, scan, part))
     spans = scan.collect()
     part = _part(replace(result, spans=spans, meta={**result.meta, "spill": None}), options, lanes,
                  comm_part(spans, options), gpu)
@@ -260,11 +274,16 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
     )
     section = job.section
     serving = max(parts, key=lambda p: (p.serving.steps or 0) if p.serving else 0)
+    memory = memory_report([(p.memory, p.stages.names if p.stages else None, p.file.meta) for p in parts],
+                           [s.name for s in sorted(section.stages, key=lambda s: s.stage)], section.pipeline)
+    pipeline = section.pipeline
+    if pipeline is not None:
+        pipeline = with_memory(pipeline, memory, options.pipeline.memory_limit)
     return Report(
-        ingest=summary,
+        ingest=replace(summary, memory_events=memory.events if memory else 0),
         lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
         stages=section.stages,
-        pipeline=section.pipeline,
+        pipeline=pipeline,
         waits=job.waits,
         interference=serving.serving,
         timeline=section.timeline + serving.segments,
@@ -273,6 +292,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         breakdown=[row for p in parts if p.gpu is not None for row in p.gpu.rows],
         kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
         host=bd.host([p.gpu for p in parts if p.gpu is not None]),
+        memory=memory,
     )
 
 
@@ -365,6 +385,7 @@ def encode(part: FilePart) -> bytes:
             "short": part.gpu.short,
             **{k: _ipc(getattr(part.gpu, k)) for k in _GPU_FRAMES},
         },
+        "memory": None if part.memory is None else {k: _ipc(getattr(part.memory, k)) for k in MemoryPart.FRAMES},
     }
     return msgspec.msgpack.encode(envelope, enc_hook=str)
 
@@ -400,7 +421,9 @@ def decode(blob: bytes) -> FilePart:
         [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],
         **{k: _frame(g[k]) for k in _GPU_FRAMES},
     )
-    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu)
+    m = env.get("memory")
+    memory = None if m is None else MemoryPart(**{k: _frame(m[k]) for k in MemoryPart.FRAMES})
+    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu, memory)
 
 
 def _tuple(value):

@@ -36,6 +36,7 @@ class PipelineOptions:
     stages: StageOptions = field(default_factory=StageOptions)
     wait_threshold: float = 0.01  # a gap counts as a wait above this fraction of its step window
     gpu_cost: float | None = None  # USD per GPU-hour
+    memory_limit: int | None = None  # bytes a stage's device may hold (None: each GPU's own capacity)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class Options:
             if regex is not None:
                 check_regex(regex)
         stages = StageOptions(s["stage_by"], rules, s["pp_size"], s["rank_order"], s["microbatch_regex"])
-        pipeline = PipelineOptions(stages, float(s["wait_threshold"]), s["gpu_cost"])
+        pipeline = PipelineOptions(stages, float(s["wait_threshold"]), s["gpu_cost"], _size(s["memory_limit"]))
         return cls(pipeline, ServingOptions(s["step_regex"], s["tbt_slo"]), align=bool(s["align"]))
 
     def settings(self) -> dict[str, Any]:
@@ -81,6 +82,7 @@ class Options:
             "microbatch_regex": st.microbatch_regex,
             "wait_threshold": pl.wait_threshold,
             "gpu_cost": pl.gpu_cost,
+            "memory_limit": pl.memory_limit,
             "step_regex": sv.step_regex,
             "tbt_slo": sv.tbt_slo_ms,
             "align": self.align,
@@ -96,6 +98,7 @@ SETTINGS: dict[str, Any] = {
     "microbatch_regex": None,
     "wait_threshold": 0.01,
     "gpu_cost": None,
+    "memory_limit": None,
     "step_regex": None,
     "tbt_slo": None,
     "align": True,
@@ -117,6 +120,27 @@ def merge(config: dict[str, Any], **flags: Any) -> dict[str, Any]:
     """A config table with the flags that were given laid over it (None or empty: not given)."""
     given = {k: v for k, v in flags.items() if v is not None and v != [] and v != ()}
     return {**config, **given}
+
+
+def _size(value: Any) -> int | None:
+    """A size setting in bytes: an int as it is, a text such as ``80GiB`` parsed (``parse_size``)."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return parse_size(str(value), "memory limit")
+
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30,
+          "ti": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str) -> int:
+    """Bytes in ``text``: a number, optionally with a unit (k, M, G, T: powers of 1000; Ki, Mi, Gi, Ti:
+    of 1024; a trailing B is allowed). ``what`` names the size in the error."""
+    found = _SIZE.match(str(text))
+    if not found or float(found.group(1)) <= 0:
+        raise StageSpecError(f"{what} {text!r} is not a size (say 800M, 1.5G or a number of bytes)")
+    return int(float(found.group(1)) * _UNITS[(found.group(2) or "").lower()])
 
 
 def check_regex(regex: str) -> None:

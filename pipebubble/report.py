@@ -15,6 +15,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 import msgspec
 
 from pipebubble.errors import PipebubbleError
+from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report_serving import Episode, Interference, StepClass, ms4
 
 __all__ = ["Episode", "Interference", "StepClass", "ms4"]  # the serving part, re-exported: one place to import
@@ -48,6 +49,7 @@ class IngestSummary:
     formats: dict[str, str] = field(default_factory=dict)
     unread_bytes: int = 0
     clock_offsets: list[ClockOffset] = field(default_factory=list)  # files of a multi-file job, in file order
+    memory_events: int = 0  # allocator events read (``memory`` summarises them)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,8 @@ class Recommendation:
     bubble_fraction: float
     speedup: float
     note: str = ""
+    peak_memory_bytes: int | None = None  # the largest stage's predicted peak (null: memory not measured)
+    fits: bool | None = None  # every stage within --memory-limit or its GPU's capacity (null: unknown)
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -363,6 +367,7 @@ class Report:
     breakdown: list[Breakdown] = field(default_factory=list)
     kernels: list[KernelStat] = field(default_factory=list)
     host: Host | None = None
+    memory: Memory | None = None
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

@@ -10,6 +10,12 @@ pipeline="pipebubble capture --workload pipeline --stages 4 --microbatches 8 --a
 $pipeline --schedule gpipe --out sample_traces/pipeline_gpipe
 $pipeline --schedule 1f1b --out sample_traces/pipeline_1f1b
 $pipeline --schedule 1f1b --imbalance 1.6 --out sample_traces/pipeline_1f1b_imbalanced
+for schedule in gpipe 1f1b; do
+  for m in 4 8; do
+    pipebubble capture --workload pipeline --stages 4 --microbatches $m --batch 2048 --hidden 128 --layers 8 \
+      --active 1 --schedule $schedule --out sample_traces/memory/${schedule}_m$m
+  done
+done
 
 serve="pipebubble capture --workload serve --requests 32 --arrival-rate 0.25"
 $serve --out sample_traces/serve

@@ -72,6 +72,9 @@ WaitThreshold = Annotated[float | None, typer.Option(
 GpuCost = Annotated[float | None, typer.Option(
     "--gpu-cost", help="USD per GPU-hour: idle dollars and the price of a useful GPU-hour.",
     rich_help_panel=PIPELINE)]
+MemoryLimit = Annotated[str | None, typer.Option(
+    "--memory-limit", metavar="SIZE", help="Memory a stage's device may hold, e.g. 80GiB: what-if rows say whether "
+    "they fit (default: each GPU's capacity from the trace).", rich_help_panel=PIPELINE)]
 StepRegex = Annotated[str | None, typer.Option(
     "--step-regex", help="Regex for engine step labels, named groups mode, prefill_tokens, decode_reqs (serving "
     "traces).", rich_help_panel=SERVING)]
@@ -173,6 +176,7 @@ ANALYSIS_FLAGS: dict[str, tuple[Any, Any]] = {
     "microbatch_regex": (MicrobatchRegex, None),
     "wait_threshold": (WaitThreshold, None),
     "gpu_cost": (GpuCost, None),
+    "memory_limit": (MemoryLimit, None),
     "step_regex": (StepRegex, None),
     "tbt_slo": (TbtSlo, None),
     "no_align": (NoAlign, False),
@@ -217,6 +221,7 @@ def options(
     microbatch_regex: str | None = None,
     wait_threshold: float | None = None,
     gpu_cost: float | None = None,
+    memory_limit: str | None = None,
     step_regex: str | None = None,
     tbt_slo: float | None = None,
     no_align: bool = False,
@@ -232,6 +237,7 @@ def options(
         "microbatch_regex": microbatch_regex,
         "wait_threshold": wait_threshold,
         "gpu_cost": gpu_cost,
+        "memory_limit": memory_limit,
         "step_regex": step_regex,
         "tbt_slo": tbt_slo,
         "align": False if no_align else None,

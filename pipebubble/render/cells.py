@@ -125,3 +125,18 @@ def _matching(text: str, start: int, opening: str, closing: str) -> int:
         if depth == 0:
             return i
     return -1
+
+
+SIZES = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")  # binary: what allocators and nvidia-smi count in
+
+
+def size(n: int | float | None) -> str:
+    """Bytes in binary units with one decimal (``512 B``, ``1.5 KiB``, ``16.0 GiB``); a negative size (a
+    micro-batch that frees more than it holds) keeps its sign, a minus as ``cells.signed_pct`` writes it."""
+    if n is None:
+        return UNKNOWN
+    value, step = abs(n), 0
+    while round(value, 1) >= 1024 and step < len(SIZES) - 1:
+        value, step = value / 1024, step + 1
+    sign = "−" if n < 0 else ""
+    return f"{sign}{value:,.0f} B" if step == 0 else f"{sign}{value:,.1f} {SIZES[step]}"

@@ -19,7 +19,7 @@ from typing import Any
 
 from pipebubble.render.cells import per
 from pipebubble.render.gputime import CAUSES
-from pipebubble.report import Breakdown, KernelStat, Lane, Report, Stage, Wait
+from pipebubble.report import Breakdown, KernelStat, Lane, MemoryDevice, MemoryStage, Report, Stage, Wait
 
 # name: (the item's dataclass, the report's items, JSON names of fields that differ, properties added)
 TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
@@ -28,7 +28,11 @@ TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
     "lanes": (Lane, lambda r: r.lanes, {}, ("window_ns", "idle_fraction")),
     "waits": (Wait, lambda r: r.waits, {}, ()),
     "stages": (Stage, lambda r: r.stages, {}, ()),
+    "memory": (MemoryDevice, lambda r: r.memory.devices if r.memory else [], {}, ()),
+    "memory_stages": (MemoryStage, lambda r: r.memory.stages if r.memory else [], {}, ()),
 }
+#: Fields a table leaves out: lists of rows of their own (a device's drawn timeline, its per-step peaks).
+LEFT_OUT = {"memory": ("steps", "timeline")}
 
 
 def render(report: Report, table: str = "kernels", unit: str = "ms") -> str:
@@ -38,7 +42,7 @@ def render(report: Report, table: str = "kernels", unit: str = "ms") -> str:
     per(unit)  # an unknown unit fails before any row is written
     cls, items, renamed, extra = TABLES[table]
     rows = items(report)
-    keys = [*(f.name for f in fields(cls)), *extra]
+    keys = [*(f.name for f in fields(cls) if f.name not in LEFT_OUT.get(table, ())), *extra]
     mapped = {key: _subkeys(rows, key) for key in keys if _is_mapping(cls, key)}
     header = [name for key in keys for name in _names(key, renamed, mapped.get(key), unit)]
     out = io.StringIO()

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 TIME_UNITS = ("ns", "us", "ms", "s")  # --timeunit: the keys of cells.UNITS
-CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages")  # --table: the keys of csv_table.TABLES
+# --table: the keys of csv_table.TABLES
+CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages", "memory", "memory_stages")
 TOP = 15  # --top: rows of the kernel, runtime API and range tables
 
 

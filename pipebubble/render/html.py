@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from pipebubble import __version__
-from pipebubble.render import collectives, gputime, sections, timeline
+from pipebubble.render import collectives, gputime, memory, sections, timeline
 from pipebubble.render.cells import pct, share, time
 from pipebubble.render.sections import Table
 from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
@@ -237,6 +237,18 @@ def host(report: Report, unit: str = "ms") -> list[str]:
     return ["<h2>Host</h2>", _facts(gputime.host_facts(report, unit))]
 
 
+def memory_section(report: Report, unit: str = "ms") -> list[str]:
+    """The memory facts, a timeline per stage (per device without stages), then its device and stage tables."""
+    if not memory.shown(report):
+        return []
+    zero = timeline.origin(report)
+    body = ["<h2>Memory</h2>", _facts(memory.memory_facts(report.memory, zero, unit))]
+    if report.memory is not None:
+        body += [memory.memory_svg(report.memory, VIEW_W, zero)]
+        body += [table(t) for t in memory.memory_tables(report.memory, zero, unit)]
+    return body
+
+
 def legend_line(report: Report) -> list[str]:
     line = sections.legend(report)
     return [f'<p class="note">{escape(line)}</p>'] if line else []
@@ -267,7 +279,7 @@ def render(report: Report, *, step: int | None = None, window: tuple[int, int] |
              "stage_bars": lambda: stage_bars(report, unit),
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": lambda: gpu_bars(report, unit), "host": lambda: host(report, unit),
-             "legend": lambda: legend_line(report)}
+             "legend": lambda: legend_line(report), "memory": lambda: memory_section(report, unit)}
     body = page_header(report, unit, when or generated())
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top, bar_width=0)):
         body += [table(section)] if section is not None else drawn[kind]()

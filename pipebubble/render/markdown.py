@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipebubble.render import collectives, gputime, sections, timeline
+from pipebubble.render import collectives, gputime, memory, sections, timeline
 from pipebubble.render.sections import Table
 from pipebubble.report import Report
 
@@ -46,6 +46,16 @@ def host(report: Report, unit: str = "ms") -> list[str]:
     return ["### Host", "", *(f"- {fact}" for fact in gputime.host_facts(report, unit)), ""]
 
 
+def memory_section(report: Report, unit: str = "ms") -> list[str]:
+    """The memory facts as a list under their heading, then its device and stage tables."""
+    if not memory.shown(report):
+        return []
+    zero = timeline.origin(report)
+    lines = ["### Memory", "", *(f"- {f}" for f in memory.memory_facts(report.memory, zero, unit)), ""]
+    tables = memory.memory_tables(report.memory, zero, unit) if report.memory else []
+    return lines + [line for t in tables for line in table(t)]
+
+
 def legend(report: Report) -> list[str]:
     line = sections.legend(report)
     return [line, ""] if line else []
@@ -66,7 +76,8 @@ def render(report: Report, width: int = 100, *, step: int | None = None, window:
     drawn = {"facts": lambda: facts(report, unit),
              "timeline": lambda: timeline_block(report, width, step, window, lanes) if report.timeline else [],
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
-             "gpu_bars": list, "stage_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report)}
+             "gpu_bars": list, "stage_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report),
+             "memory": lambda: memory_section(report, unit)}
     lines = ["## pipebubble report", ""]
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
         lines += table(section) if section is not None else drawn[kind]()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pipebubble.render import collectives, gputime
-from pipebubble.render.cells import Table, bar, ms, num, pct, share, signed_pct, time  # renderers take Table, ms here
+from pipebubble.render.cells import Table, bar, ms, num, pct, share, signed_pct, size, time  # renderers: Table, ms
 from pipebubble.report import Report, Wait, ms4
 
 TOP_WAITS = 10
@@ -17,12 +17,14 @@ TOP_WAITS = 10
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
 # this order. "facts" (what was read, the job's notes, then the pipeline's header lines), the facts of
 # "timeline", "collectives", "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws
-# it, text and Markdown have the table), "stage_bars" (the same per stage, HTML only) and "legend" (what each
-# utilization figure shown means) are drawn by each renderer in its own way; the rest are tables (see ``table``).
-SECTIONS = ("facts", "timeline", "stages", "stage_bars", "waits", "recommendations", "collectives", "collective_ranks",
-            "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle", "gpu_steps",
-            "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
-DRAWN = frozenset({"facts", "timeline", "stage_bars", "collectives", "interference", "gpu_bars", "host", "legend"})
+# it, text and Markdown have the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables,
+# ``render/memory.py``, and in HTML a timeline per stage) and "legend" (what each utilization figure shown means)
+# are drawn by each renderer in its own way; the rest are tables (see ``table``).
+SECTIONS = ("facts", "timeline", "stages", "stage_bars", "waits", "recommendations", "memory", "collectives",
+            "collective_ranks", "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars",
+            "gpu_idle", "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
+DRAWN = frozenset({"facts", "timeline", "stage_bars", "memory", "collectives", "interference", "gpu_bars", "host",
+                   "legend"})
 
 # What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
 LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",
@@ -72,7 +74,7 @@ def headline(report: Report, unit: str = "ms") -> list[tuple[str, str, bool]]:
             if p.theoretical_bubble_fraction is not None else []
         cards += [(pct(1 - p.bubble_fraction), "utilization (1 − bubble)", False)]
         cards += [(f"{time(p.step_time_ns, unit)} {unit}", "step", False)] if p.step_time_ns else []
-        best = max(p.recommendations, key=lambda r: r.speedup, default=None)
+        best = max((r for r in p.recommendations if r.fits is not False), key=lambda r: r.speedup, default=None)
         cards += [(f"{best.speedup:.2f}x", f"best what-if: {best.label.split(' → ')[0]}", False)] if best else []
         cards += [(f"${num(p.idle_cost_per_hour)}/h", "idle cost", False)] if p.idle_cost_per_hour is not None else []
     cards += _serving_cards(report)
@@ -201,12 +203,20 @@ def recommendation_table(report: Report, unit: str = "ms") -> Table:
     replay = _replay(report, unit)  # a footnote on the current setup's row
     notes = tuple(dict.fromkeys([*(r.note for r in recs if r.note), *([replay] if replay else [])]))
     # a label may end in "→ bubble 12 %"; the bubble column says that already
+    measured = any(r.peak_memory_bytes is not None for r in recs)
     rows = [[r.label.split(" → ")[0], r.schedule, str(r.microbatches), str(r.chunks), time(r.step_time_ns, unit),
-             pct(r.bubble_fraction), f"{r.speedup:.2f}x", _refs(notes, r.note, replay if _current(r.label) else "")]
+             pct(r.bubble_fraction), f"{r.speedup:.2f}x", *([size(r.peak_memory_bytes), _FITS[r.fits]] if measured
+                                                           else []),
+             _refs(notes, r.note, replay if _current(r.label) else "")]
             for r in recs]
-    return Table("What if (simulated from the measured stage times)",
-                 ["change", "schedule", "m", "v", f"step {unit}", "bubble", "speedup", "note"], rows,
-                 frozenset({2, 3, 4, 5, 6}), notes, drop=("schedule",))
+    memory = ["peak memory", "fits"] if measured else []
+    return Table("What if (simulated from the measured stage times; same global batch"
+                 + ("" if measured else "; memory not measured") + ")",
+                 ["change", "schedule", "m", "v", f"step {unit}", "bubble", "speedup", *memory, "note"],
+                 rows, frozenset({2, 3, 4, 5, 6, 7} if measured else {2, 3, 4, 5, 6}), notes, drop=("schedule",))
+
+
+_FITS = {True: "yes", False: "no", None: "?"}  # ? : no --memory-limit and no GPU capacity in the trace
 
 
 def _replay(report: Report, unit: str = "ms") -> str:

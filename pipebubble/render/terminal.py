@@ -18,7 +18,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pipebubble.render import cells, collectives, gputime, sections, timeline
+from pipebubble.render import cells, collectives, gputime, memory, sections, timeline
 from pipebubble.render.sections import Table as Section
 from pipebubble.report import Report
 
@@ -269,6 +269,16 @@ def interference_block(report: Report, width: int) -> list[RenderableType]:
     return [Group(*facts, prose(sections.interference_facts(report), width))]
 
 
+def memory_block(report: Report, width: int, unit: str = "ms") -> list[RenderableType]:
+    """The memory facts, then its device and stage tables."""
+    if not memory.shown(report):
+        return []
+    zero = timeline.origin(report)
+    facts = Group(Text("Memory", style="bold"), prose(memory.memory_facts(report.memory, zero, unit), width))
+    tables = memory.memory_tables(report.memory, zero, unit, TERMINAL_GPUS) if report.memory else []
+    return [facts, *(table(t, width) for t in tables)]
+
+
 def legend_block(report: Report, width: int) -> list[RenderableType]:
     line = sections.legend(report)
     return [prose([line], width, "dim")] if line else []
@@ -283,7 +293,8 @@ def renderable(report: Report, width: int, *, step: int | None = None, window: t
              if report.timeline else [],
              "collectives": lambda: collectives_block(report, width, unit),
              "interference": lambda: interference_block(report, width), "gpu_bars": list, "stage_bars": list,
-             "host": lambda: host_block(report, width, unit), "legend": lambda: legend_block(report, width)}
+             "host": lambda: host_block(report, width, unit), "legend": lambda: legend_block(report, width),
+             "memory": lambda: memory_block(report, width, unit)}
     bars = 10 if width >= NARROW else 5 if width >= NO_BARS else 0
     layout = sections.Layout(unit, top, bar_width=bars, lane_limit=TERMINAL_LANES, rank_limit=TERMINAL_RANKS,
                              gpu_limit=TERMINAL_GPUS, step_limit=TERMINAL_STEPS)
