@@ -91,7 +91,8 @@ def shift(part: FilePart, offset: int) -> FilePart:
         stages = replace(stages, work=frame(stages.work), host=frame(stages.host))
     comm = part.comm
     if comm is not None:
-        comm = replace(comm, calls=frame(comm.calls), p2p=frame(comm.p2p))
+        comm = replace(comm, calls=frame(comm.calls), p2p=frame(comm.p2p),
+                       windows=frame(comm.windows, ("origin", "arrival", "end")))
     gpu = part.gpu
     if gpu is not None:
         gpu = replace(gpu, rows=[replace(r, window_start_ns=r.window_start_ns - offset) for r in gpu.rows])

@@ -39,6 +39,7 @@ GATES: dict[str, GateSpec] = {
     "max_imbalance": GateSpec("imbalance", "max", "ratio", 1.0, "imbalance"),
     "max_wait_ms": GateSpec("wait", "max", "ms", label="longest wait"),
     "max_decode_slowdown": GateSpec("decode_slowdown", "max", "ratio", 1.0, "decode slowdown"),
+    "max_finding": GateSpec("finding", "max", "fraction", label="largest finding"),
 }
 TIME_SUFFIXES = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}  # to ms
 
@@ -204,6 +205,16 @@ def _decode_slowdown(report: dict) -> tuple[float | None, str]:
     return None, "no prefill/decode interference in the trace"
 
 
+def _finding(report: dict) -> tuple[float | None, str]:
+    """The largest finding's share of its step (findings are sorted by worth; shares of different steps
+    are compared as shares); 0 with none above the findings' own threshold."""
+    shares = [(f["worth_share"], f["title"]) for f in report.get("findings") or [] if f.get("worth_share") is not None]
+    if not shares:
+        return 0.0, "no findings"
+    share, title = max(shares)
+    return float(share), title
+
+
 METRICS = {
     "bubble": lambda r: _pipeline(r, "bubble_fraction"),
     "excess_bubble": lambda r: _pipeline(r, "excess_bubble_fraction"),
@@ -212,6 +223,7 @@ METRICS = {
     "imbalance": lambda r: _pipeline(r, "imbalance"),
     "wait": _wait,
     "decode_slowdown": _decode_slowdown,
+    "finding": _finding,
 }
 
 

@@ -21,6 +21,7 @@ import polars as pl
 
 from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import GpuPart
+from pipebubble.analysis.findings import findings
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
@@ -118,13 +119,14 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
         stages = stages_parts(spans, options, {ranks[k]: results[k].meta for k in together})
         engines = serving_ranks(spans, options)
         lane_rows, calls, p2p = _by(lanes, "rank"), _by(comm.calls, "who"), _by(comm.p2p, "who")
+        windows = _by(comm.windows, "who")
         for n, k in enumerate(together):
             rank, first = ranks[k], n == 0
             parts[k] = _part(
                 results[k], options, lane_rows.get(rank, lanes.clear()),
                 CommPart(calls.get(rank, comm.calls.clear()),
                          comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []},
-                         p2p.get(rank, comm.p2p.clear())),
+                         p2p.get(rank, comm.p2p.clear()), windows.get(rank, comm.windows.clear())),
                 _gpu_share(gpu, rank, first), stages.get(rank, _ALONE),
                 _ALONE if engines is None or rank in engines else (None, []),
             )
@@ -197,7 +199,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         return FilePart(account, lanes, None, None, [], None, gpu, _memory(result, scan, None))
     if not alone and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
         spans = comm_rows(scan)
-        comm = comm_of(spans, participant_windows(scan))
+        comm = comm_of(spans, participant_windows(scan), options.serving.step_regex)
         part = stages_part(spans, options, result.meta)
         return FilePart(account, lanes, part, None, [], comm, gpu, _memory(result, scan, part))
     spans = scan.collect()
@@ -279,7 +281,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
     pipeline = section.pipeline
     if pipeline is not None:
         pipeline = with_memory(pipeline, memory, options.pipeline.memory_limit)
-    return Report(
+    report = Report(
         ingest=replace(summary, memory_events=memory.events if memory else 0),
         lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
         stages=section.stages,
@@ -294,6 +296,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         host=bd.host([p.gpu for p in parts if p.gpu is not None]),
         memory=memory,
     )
+    return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=job.late))
 
 
 def summarize(parts: list[FilePart]) -> IngestSummary:
@@ -377,7 +380,8 @@ def encode(part: FilePart) -> bytes:
         "serving": None if part.serving is None else part.serving.to_dict(),
         "segments": [asdict(s) for s in part.segments],
         "comm": None if part.comm is None else {
-            "calls": _ipc(part.comm.calls), "facts": part.comm.facts, "p2p": _ipc(part.comm.p2p)
+            "calls": _ipc(part.comm.calls), "facts": part.comm.facts, "p2p": _ipc(part.comm.p2p),
+            "windows": _ipc(part.comm.windows),
         },
         "gpu": None if part.gpu is None else {
             "rows": [asdict(r) for r in part.gpu.rows],
@@ -415,7 +419,7 @@ def decode(blob: bytes) -> FilePart:
     segments = [Segment(**seg) for seg in env["segments"]]
     serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
     c = env.get("comm")
-    comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"], *([_frame(c["p2p"])] if "p2p" in c else []))
+    comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"], _frame(c["p2p"]), _frame(c["windows"]))
     g = env.get("gpu")
     gpu = None if g is None else GpuPart(
         [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],

@@ -15,6 +15,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 import msgspec
 
 from pipebubble.errors import PipebubbleError
+from pipebubble.report_findings import Finding, Where  # noqa: F401 (the report's)
 from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report_serving import Episode, Interference, StepClass, ms4
 
@@ -368,6 +369,7 @@ class Report:
     kernels: list[KernelStat] = field(default_factory=list)
     host: Host | None = None
     memory: Memory | None = None
+    findings: list[Finding] = field(default_factory=list)  # biggest worth first (``analysis/findings``)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -381,7 +383,8 @@ class Report:
         version = body.pop("schema_version")
         body["interference"] = None if self.interference is None else self.interference.to_dict()
         body["kernels"] = [k.to_dict() for k in self.kernels]
-        return msgspec.to_builtins({"schema_version": version, **body}, str_keys=True)
+        head = {"schema_version": version, "ingest": body.pop("ingest"), "findings": body.pop("findings")}
+        return msgspec.to_builtins({**head, **body}, str_keys=True)
 
 
 def from_dict(cls: type, data: Any) -> Any:

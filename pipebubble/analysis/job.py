@@ -11,6 +11,8 @@ from pipebubble.analysis import collectives as coll
 from pipebubble.analysis import p2p as pp
 from pipebubble.analysis.evidence import one_rank, some_ranks
 from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages, stacked
+from pipebubble.analysis.rootcause import part as rc_part
+from pipebubble.analysis.rootcause.result import LateRank, late_ranks
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.options import PipelineOptions
 from pipebubble.report import Collectives, Wait
@@ -28,6 +30,7 @@ class CommPart:
     calls: pl.DataFrame
     facts: dict
     p2p: pl.DataFrame = field(default_factory=pp.empty)
+    windows: pl.DataFrame = field(default_factory=rc_part.empty)  # each arrival's window (``rootcause.part``)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class JobSection:
     collectives: Collectives | None = None
     waits: list[Wait] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    late: list[LateRank] = field(default_factory=list)  # why each late rank is late (``rootcause``)
 
 
 def reduce_job(
@@ -77,7 +81,9 @@ def reduce_job(
         waits = spins
         if total > len(spins):
             notes.append(f"waits: the {len(spins):,} longest of {total:,} collective waits listed")
-    return JobSection(replace(section, waits=waits), collectives, waits, notes)
+    windows = [c.windows for c in comm_parts if c.windows.height]
+    late = late_ranks(pl.concat(windows, how="vertical_relaxed"), matched) if windows and matched.height else []
+    return JobSection(replace(section, waits=waits), collectives, waits, notes, late)
 
 
 def _span(calls: pl.DataFrame) -> float:

@@ -21,6 +21,7 @@ from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
 from pipebubble.analysis.p2p import p2p_part
+from pipebubble.analysis.rootcause.part import windows as arrival_windows
 from pipebubble.analysis.stage_part import StagePart, stage_part, stage_parts
 from pipebubble.analysis.steps_inferred import DECODE_KERNELS, GRAPH_LAUNCH, STEP_FRAMES, TRAINING_KERNELS
 from pipebubble.analysis.steps_llm import LABEL_PATTERNS as STEP_LABELS
@@ -99,17 +100,19 @@ def _named_like(regexes) -> pl.Expr:
 
 
 def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
-    """The file's collective calls per participant, its send/recv counts (``collectives``) and its
-    point-to-point operations (``p2p``); no rows without communication."""
-    return comm_of(spans)
+    """The file's collective calls per participant, its send/recv counts (``collectives``), its
+    point-to-point operations (``p2p``) and each arrival's window (``rootcause.part``); no rows without
+    communication."""
+    return comm_of(spans, step_regex=options.serving.step_regex)
 
 
-def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None) -> CommPart:
+def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None, step_regex: str | None = None) -> CommPart:
     """``comm_part`` of ``spans``; ``windows``: the participants' traced windows
     (``collectives.participant_windows``), when ``spans`` holds only a bigger table's ``comm_rows``."""
     ranges = comm_ranges(spans)  # read once for both: a regex over every CPU range of the file
     calls, facts = collective_part(spans, ranges, windows)
-    return CommPart(calls, facts, p2p_part(spans, ranges))
+    p2p = p2p_part(spans, ranges)
+    return CommPart(calls, facts, p2p, arrival_windows(spans, calls, p2p, step_regex))
 
 
 def comm_rows(spans: pl.LazyFrame) -> pl.DataFrame:

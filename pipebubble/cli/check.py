@@ -27,6 +27,7 @@ def check(
     max_imbalance: flags.MaxImbalance = None,
     max_wait_ms: flags.MaxWaitMs = None,
     max_decode_slowdown: flags.MaxDecodeSlowdown = None,
+    max_finding: flags.MaxFinding = None,
     strict: flags.Strict = False,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
@@ -56,7 +57,7 @@ def check(
 
     given = {"max_bubble": max_bubble, "max_excess_bubble": max_excess_bubble, "min_utilization": min_utilization,
              "max_stage_cv": max_stage_cv, "max_imbalance": max_imbalance, "max_wait_ms": max_wait_ms,
-             "max_decode_slowdown": max_decode_slowdown}
+             "max_decode_slowdown": max_decode_slowdown, "max_finding": max_finding}
     from pipebubble.render import formats
 
     check_output("check", formats.pick("check", format.value, output), output)

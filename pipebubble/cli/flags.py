@@ -119,6 +119,8 @@ MaxWaitMs = Annotated[str | None, _gate("--max-wait-ms", "Longest wait (idle gap
                                         "spin): ms, or with a unit (500us, 0.1s).")]
 MaxDecodeSlowdown = Annotated[str | None, _gate("--max-decode-slowdown", "Most decode step slowdown when mixed "
                                                 "with prefill, at least 1: 1.5.")]
+MaxFinding = Annotated[str | None, _gate("--max-finding", "Most any finding may be worth, as a share of its step: "
+                                        "0.05 or 5%.")]
 Strict = Annotated[bool, typer.Option(
     "--strict", help="Fail (exit 1) when a requested gate cannot be evaluated (e.g. --max-bubble on a trace that "
     "is not a pipeline) or, for diff, when part of one report has no counterpart in the other; without it such "

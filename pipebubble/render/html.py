@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from pipebubble import __version__
-from pipebubble.render import collectives, gputime, memory, sections, timeline
+from pipebubble.render import collectives, findings, gputime, memory, sections, timeline
 from pipebubble.render.cells import pct, share, time
 from pipebubble.render.sections import Table
 from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
@@ -237,6 +237,13 @@ def host(report: Report, unit: str = "ms") -> list[str]:
     return ["<h2>Host</h2>", _facts(gputime.host_facts(report, unit))]
 
 
+def findings_section(report: Report, unit: str = "ms") -> list[str]:
+    """The summary line, then each finding as an item of a list: its headline, its detail under it."""
+    rows = "".join(f'<li><b>{escape(head.split(". ", 1)[1])}</b><br><span class="note">{escape(detail)}</span></li>'
+                   for head, detail in findings.items(report, unit))
+    return [f"<h2>{escape(findings.summary(report))}</h2>"] + ([f"<ol>{rows}</ol>"] if rows else [])
+
+
 def memory_section(report: Report, unit: str = "ms") -> list[str]:
     """The memory facts, a timeline per stage (per device without stages), then its device and stage tables."""
     if not memory.shown(report):
@@ -279,7 +286,8 @@ def render(report: Report, *, step: int | None = None, window: tuple[int, int] |
              "stage_bars": lambda: stage_bars(report, unit),
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": lambda: gpu_bars(report, unit), "host": lambda: host(report, unit),
-             "legend": lambda: legend_line(report), "memory": lambda: memory_section(report, unit)}
+             "legend": lambda: legend_line(report), "memory": lambda: memory_section(report, unit),
+             "findings": lambda: findings_section(report, unit)}
     body = page_header(report, unit, when or generated())
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top, bar_width=0)):
         body += [table(section)] if section is not None else drawn[kind]()

@@ -15,16 +15,17 @@ from pipebubble.report import Report, Wait, ms4
 TOP_WAITS = 10
 
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
-# this order. "facts" (what was read, the job's notes, then the pipeline's header lines), the facts of
-# "timeline", "collectives", "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws
-# it, text and Markdown have the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables,
-# ``render/memory.py``, and in HTML a timeline per stage) and "legend" (what each utilization figure shown means)
-# are drawn by each renderer in its own way; the rest are tables (see ``table``).
-SECTIONS = ("facts", "timeline", "stages", "stage_bars", "waits", "recommendations", "memory", "collectives",
-            "collective_ranks", "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars",
-            "gpu_idle", "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
-DRAWN = frozenset({"facts", "timeline", "stage_bars", "memory", "collectives", "interference", "gpu_bars", "host",
-                   "legend"})
+# this order. "findings" (a summary line and the findings table, ``render/findings.py``), "facts" (what was
+# read, the job's notes, then the pipeline's header lines), the facts of "timeline", "collectives",
+# "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws it, text and Markdown have
+# the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables, ``render/memory.py``,
+# and in HTML a timeline per stage) and "legend" (what each utilization figure shown means) are drawn by each
+# renderer in its own way; the rest are tables (see ``table``).
+SECTIONS = ("findings", "facts", "timeline", "stages", "stage_bars", "waits", "recommendations", "memory",
+            "collectives", "collective_ranks", "collective_calls", "interference", "steps", "episodes", "gpu_time",
+            "gpu_bars", "gpu_idle", "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
+DRAWN = frozenset({"findings", "facts", "timeline", "stage_bars", "memory", "collectives", "interference",
+                   "gpu_bars", "host", "legend"})
 
 # What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
 LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",

@@ -1,0 +1,57 @@
+"""Findings: a ranked diagnosis computed from a ``Report``, biggest worth first (``report_findings``).
+
+Pure functions over an existing report (no I/O, no polars): each group of kinds has its module, each
+module's docstring says how its worths are computed (``pipeline``: replays and the steady-state bound;
+``gpu``: the breakdown per step; ``ranks``: the straggler at collectives; ``serving``: interference).
+Every worth is the step time a fix gives back (ARCHITECTURE.md, "Worth"), never a sum of idle;
+``worth_gpu_ns`` = worth x the GPUs a shorter step frees; ``cost_per_hour`` = gpu_cost x worth_gpu_ns /
+step_ns (GPU-hours saved per hour, priced), when a GPU price is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipebubble.analysis.findings import gpu, pipeline, ranks, serving
+from pipebubble.analysis.findings.common import gpus, job_step
+from pipebubble.analysis.rootcause.findings import findings as late_findings
+from pipebubble.analysis.rootcause.result import LateRank
+from pipebubble.report import Report
+from pipebubble.report_findings import KINDS, Finding
+
+GROUPS = (pipeline.findings, ranks.findings, gpu.findings, serving.findings)
+THRESHOLD = 0.01  # findings worth at most this share of their step are left out
+
+
+def findings(report: Report, gpu_cost: float | None = None, threshold: float = THRESHOLD,
+             late: list[LateRank] | None = None) -> list[Finding]:
+    """Every finding worth more than ``threshold`` x its step, priced at ``gpu_cost`` dollars per GPU-hour,
+    sorted by worth (biggest first; ties in ``KINDS`` order). ``late``: the job's late ranks and why
+    (``rootcause``): their ``late_rank`` / ``data_loader`` findings replace the straggler's alone."""
+    groups = GROUPS if late is None else tuple(g for g in GROUPS if g is not ranks.findings)
+    found = [f for group in groups for f in group(report)] + (_late(report, late) if late else [])
+    kept = [priced(f, gpu_cost) for f in found if f.worth_ns > threshold * f.evidence["step_ns"]]
+    return sorted(kept, key=lambda f: (-f.worth_ns, KINDS.index(f.kind)))
+
+
+def _late(report: Report, late: list[LateRank]) -> list[Finding]:
+    step = job_step(report)
+    return [] if step is None else late_findings(late, step.ns, step.count, gpus(report))
+
+
+def priced(found: Finding, gpu_cost: float | None) -> Finding:
+    """``found`` with its cost per hour: the GPU-hours a shorter step saves per hour, at ``gpu_cost``."""
+    if gpu_cost is None:
+        return found
+    return replace(found, cost_per_hour=gpu_cost * found.worth_gpu_ns / found.evidence["step_ns"])
+
+
+def summary_line(found: list[Finding], threshold: float = THRESHOLD) -> str:
+    """One line for the top of a report: the count and the biggest finding, or that nothing is worth more than
+    ``threshold`` of a step."""
+    if not found:
+        return f"nothing worth more than {threshold * 100:g} % of a step"
+    top = found[0]
+    share = f", {top.worth_share * 100:.1f} % of the step" if top.worth_share is not None else ""
+    count = f"{len(found)} finding{'s' if len(found) > 1 else ''}"
+    return f"{count}; biggest: {top.title}{share}"

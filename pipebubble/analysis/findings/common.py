@@ -1,0 +1,83 @@
+"""What every group of findings shares: the job's step (its length and how many were measured), the GPUs a
+shorter step frees, and one way to build a ``Finding`` (worth per GPU, share of the step).
+
+A finding's step is the time its worth is part of: a pipeline's measured step (``Pipeline.step_time_ns``),
+else the mean over profiler steps of the longest GPU window in that step (``Breakdown`` step rows; a trace
+without steps is one step: each GPU's first-to-last window). Every finding's evidence holds that step as
+``step_ns``, so its share and cost can be checked against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipebubble.report import Breakdown, Report
+from pipebubble.report_findings import Finding, Where
+
+
+@dataclass(frozen=True)
+class Step:
+    """The step a finding's worth is part of: ``ns`` long (a mean over ``count`` measured steps)."""
+
+    ns: int
+    count: int
+
+
+def step_rows(report: Report) -> list[list[Breakdown]]:
+    """The breakdown rows grouped by profiler step (each group: every GPU's row of one step), in step
+    order; a report without step rows gives one group of the whole-window rows."""
+    stepped = [b for b in report.breakdown if b.step is not None]
+    rows = stepped or [b for b in report.breakdown if b.step is None]
+    groups: dict[int | None, list[Breakdown]] = {}
+    for row in rows:
+        groups.setdefault(row.step, []).append(row)
+    return [groups[k] for k in sorted(groups, key=lambda k: -1 if k is None else k)]
+
+
+def job_step(report: Report) -> Step | None:
+    """The job's step: the pipeline's measured one, else the mean longest GPU window per profiler step; None
+    when neither is known."""
+    if report.pipeline is not None and report.pipeline.step_time_ns > 0:
+        return Step(report.pipeline.step_time_ns, max(len(report.pipeline.steps), 1))
+    return gpu_step(step_rows(report))
+
+
+def gpu_step(groups: list[list[Breakdown]]) -> Step | None:
+    """The step of breakdown rows grouped by step (``step_rows``): the mean of each step's longest GPU
+    window; None without rows."""
+    if not groups:
+        return None
+    return Step(mean([max(b.window_ns for b in rows) for rows in groups]), len(groups))
+
+
+def gpus(report: Report) -> int:
+    """The GPUs a shorter step frees: the pipeline's stages (one replica), else every GPU with a breakdown
+    or collective participant, and at least one (a CPU-only trace still runs on one device)."""
+    if report.pipeline is not None:
+        return report.pipeline.stages
+    lanes = {b.lane for b in report.breakdown}
+    participants = len(report.collectives.ranks) if report.collectives is not None else 0
+    return max(len(lanes), participants, 1)
+
+
+def mean(values: list[int]) -> int:
+    """The mean of integer ns, rounded to the nearest ns (0 for none)."""
+    return round(sum(values) / len(values)) if values else 0
+
+
+def ms(ns: float) -> str:
+    """ns as a title writes it: milliseconds, one decimal."""
+    return f"{ns / 1e6:.1f} ms"
+
+
+def finding(
+    kind: str, title: str, where: Where, cause: str, evidence: dict, worth_ns: int, frees: int, step_ns: int,
+    action: str, how: str,
+) -> Finding:
+    """A finding worth ``worth_ns`` of a ``step_ns`` step on ``frees`` GPUs: ``worth_gpu_ns`` = worth x GPUs,
+    ``worth_share`` = worth / step; ``step_ns`` joins the evidence (the cost per hour is priced from it)."""
+    return Finding(
+        kind=kind, title=title, where=where, cause=cause, evidence={**evidence, "step_ns": step_ns},
+        worth_ns=worth_ns, worth_gpu_ns=worth_ns * frees, action=action, how=how,
+        worth_share=worth_ns / step_ns if step_ns else None,
+    )

@@ -1,0 +1,150 @@
+"""Pipeline findings: too few micro-batches, imbalance, the schedule, and exposed point-to-point transfers.
+
+Worth of the first three is the what-if replay's own gain: the replay of the current setup (the
+``current:`` recommendation) minus the replay of the change, per step. Both come from the same calibrated
+model, so a replay that is off the measured step (``replay_error``) does not count as a gain; each
+finding's worth is its own replay's gain alone (the gains are not additive: fixing one changes the others).
+
+- too_few_microbatches: only when m < ``MICROBATCH_FACTOR`` x p (GPipe's and 1F1B's bubble,
+  (p-1)/(m+p-1), is then above (p-1)/(5p-1): 20 % at p = 4); the best ``m=...`` row.
+- imbalance: the ``rebalanced stages`` row; the slowest stage is named by its compute per step against the
+  mean stage's.
+- schedule: the best row of another schedule at the same m.
+- exposed_p2p: no replay runs without hand-offs, so its worth is the drop of the pipeline's steady-state
+  bound: every stage's step holds its compute and its exposed receive transfers (the part of its receives
+  after the peer's send began, and no more than its communication not under compute), so the step is at
+  least max over stages of (compute + transfer); hiding the transfers lowers that to max over stages of
+  compute. The difference lies on one stage (the pace-setting one), never a sum over stages; receive
+  waits (before the send began) are the bubble's and imbalance's, not the link's, and are left out.
+"""
+
+from __future__ import annotations
+
+from pipebubble.analysis.findings.common import Step, finding, gpus, job_step, mean, ms
+from pipebubble.report import Pipeline, Recommendation, Report, Stage
+from pipebubble.report_findings import Finding, Where
+
+MICROBATCH_FACTOR = 4  # m below this many times p is "too few" (Megatron-LM advises m >> p)
+REPLAY_HOW = "replay of the current setup minus the replay of {change}, per step (its own gain alone)"
+
+
+def findings(report: Report) -> list[Finding]:
+    """Every pipeline finding the report supports (none without a pipeline section)."""
+    pipe, step = report.pipeline, job_step(report)
+    if pipe is None or step is None or not report.stages:
+        return []
+    replayed = _replay_findings(report, pipe, step)
+    p2p = exposed_p2p(report.stages, step, gpus(report))
+    return replayed + ([p2p] if p2p else [])
+
+
+def _replay_findings(report: Report, pipe: Pipeline, step: Step) -> list[Finding]:
+    """The findings that compare replays with the current one (none without a replay of it)."""
+    current = next((r for r in pipe.recommendations if r.label.startswith("current:")), None)
+    if current is None:
+        return []
+    found = [too_few_microbatches(pipe, current, step), imbalance(report.stages, pipe, current, step),
+             schedule(pipe, current, step)]
+    return [f for f in found if f is not None]
+
+
+def label(rec: Recommendation) -> str:
+    """A recommendation's change, without its predicted bubble ("m=16 → bubble 5.0 %" → "m=16")."""
+    return rec.label.split(" → ")[0]
+
+
+def _gain(current: Recommendation, rec: Recommendation) -> dict:
+    """The evidence of a replayed change: both replays and the gain."""
+    return {"replayed_current_ns": current.step_time_ns, "replayed_ns": rec.step_time_ns,
+            "gain_ns": current.step_time_ns - rec.step_time_ns, "change": label(rec), "note": rec.note}
+
+
+def _best(rows: list[Recommendation]) -> Recommendation | None:
+    """The row that replays shortest among those not predicted to run out of memory (``fits`` false)."""
+    return min((r for r in rows if r.fits is not False), key=lambda r: r.step_time_ns, default=None)
+
+
+def too_few_microbatches(pipe: Pipeline, current: Recommendation, step: Step) -> Finding | None:
+    """m below ``MICROBATCH_FACTOR`` x p and a larger m replays shorter: the best ``m=...`` replay's gain."""
+    m, p = pipe.microbatches, pipe.stages
+    best = _best([r for r in pipe.recommendations if r.label.startswith("m=")])
+    if m is None or m >= MICROBATCH_FACTOR * p or best is None or best.step_time_ns >= current.step_time_ns:
+        return None
+    worth = current.step_time_ns - best.step_time_ns
+    return finding(
+        "too_few_microbatches", f"{m} micro-batches for {p} stages: {label(best)} replays {ms(worth)} shorter a step",
+        Where(stages=list(range(p))), f"m={m} < {MICROBATCH_FACTOR}·p={MICROBATCH_FACTOR * p}: fill and drain bubble",
+        {"microbatches": m, "stages": p, "bubble_fraction": pipe.bubble_fraction,
+         "theoretical_bubble_fraction": pipe.theoretical_bubble_fraction, **_gain(current, best)},
+        worth, p, step.ns, f"split the global batch into {best.microbatches} micro-batches",
+        REPLAY_HOW.format(change=label(best)),
+    )
+
+
+def slowest(stages: list[Stage], count: int) -> dict:
+    """The stage with the most compute per step, its compute, the mean stage's, and its excess over it."""
+    top = max(stages, key=lambda s: s.busy_ns)
+    average, busy = mean([s.busy_ns // count for s in stages]), top.busy_ns // count
+    return {"stage": top.stage, "name": top.name, "busy_ns": busy, "forward_ns": top.forward_ns // count,
+            "backward_ns": top.backward_ns // count, "mean_busy_ns": average,
+            "excess": busy / average - 1 if average else 0.0}
+
+
+def imbalance(stages: list[Stage], pipe: Pipeline, current: Recommendation, step: Step) -> Finding | None:
+    """The rebalanced-stages replay's gain, naming the slowest stage and how far it is above the mean."""
+    rebalanced = next((r for r in pipe.recommendations if r.label.startswith("rebalanced")), None)
+    if rebalanced is None or rebalanced.step_time_ns >= current.step_time_ns:
+        return None
+    worth = current.step_time_ns - rebalanced.step_time_ns
+    top = slowest(stages, step.count)
+    return finding(
+        "imbalance",
+        f"stage {top['stage']} ({top['name']}) computes {top['excess'] * 100:.0f} % above the mean stage: "
+        f"rebalanced stages replay {ms(worth)} shorter a step",
+        Where(stages=[top["stage"]]), "the slowest stage sets the pipeline's pace",
+        {"slowest": top, "imbalance": pipe.imbalance, "stage_time_cv": pipe.stage_time_cv,
+         **_gain(current, rebalanced)},
+        worth, pipe.stages, step.ns, f"move layers off stage {top['stage']} to the faster stages",
+        REPLAY_HOW.format(change="rebalanced stages"),
+    )
+
+
+def schedule(pipe: Pipeline, current: Recommendation, step: Step) -> Finding | None:
+    """The best other schedule at the same micro-batch count, when it replays shorter."""
+    others = [r for r in pipe.recommendations
+              if not r.label.startswith(("current:", "m=", "rebalanced")) and r.microbatches == current.microbatches]
+    best = _best(others)
+    if best is None or best.step_time_ns >= current.step_time_ns:
+        return None
+    worth = current.step_time_ns - best.step_time_ns
+    now = label(current).removeprefix("current: ").split(",")[0]
+    return finding(
+        "schedule", f"{label(best)} replays {ms(worth)} shorter a step than {now}",
+        Where(stages=list(range(pipe.stages))), f"the {now} schedule's bubble",
+        {"schedule": pipe.schedule, "chunks": pipe.chunks, "bubble_fraction": pipe.bubble_fraction,
+         "replayed_bubble_fraction": best.bubble_fraction, **_gain(current, best)},
+        worth, pipe.stages, step.ns, f"switch the schedule to {label(best)}" + (f" ({best.note})" if best.note else ""),
+        REPLAY_HOW.format(change=label(best)),
+    )
+
+
+def exposed_p2p(stages: list[Stage], step: Step, frees: int) -> Finding | None:
+    """The drop of the steady-state bound when every stage's exposed receive transfers are hidden (module
+    docstring); the stage that sets the bound with them is the one named."""
+    transfer = {s.stage: min(s.p2p_transfer_ns, s.comm_ns) for s in stages}
+    pace = max(stages, key=lambda s: s.busy_ns + transfer[s.stage])
+    with_p2p = (pace.busy_ns + transfer[pace.stage]) // step.count
+    compute = max(s.busy_ns for s in stages) // step.count
+    worth = with_p2p - compute
+    if worth <= 0:
+        return None
+    return finding(
+        "exposed_p2p", f"stage {pace.stage}'s receive transfers add {ms(worth)} a step to the pipeline's pace",
+        Where(stages=[pace.stage]), "activations and gradients between stages move while the stage waits",
+        {"stage": pace.stage, "busy_ns": pace.busy_ns // step.count, "transfer_ns": transfer[pace.stage] // step.count,
+         "p2p_wait_ns": pace.p2p_wait_ns // step.count, "bound_with_p2p_ns": with_p2p, "bound_compute_ns": compute},
+        worth, frees, step.ns, "overlap sends and receives with compute (batched isend/irecv ahead of use), "
+        "or send less between stages",
+        "max over stages of (compute + exposed receive transfer) minus max over stages of compute, per step: "
+        "the steady-state bound's drop, on the pace-setting stage",
+    )

@@ -1,0 +1,147 @@
+"""Map: what each participant did in its step up to each of its arrivals at communication (``windows``).
+
+An arrival is a collective call's start as ``collectives.collective_part`` gives it (its kernel's start; a
+CPU collective range's where the participant has no GPU collectives) or a point-to-point operation's start
+(``p2p.p2p_part``). Each arrival's step is the participant's profiler step holding it (a ``ProfilerStep#N``
+range, or what ``step_regex`` matches); its ``origin`` that step's start (without one, the participant's
+first traced instant). For the arrival and the operation's end, the time since the origin in each class
+(``CLASSES``; ``a_<class>`` up to the arrival, ``e_<class>`` up to the end), as unions, so the reduce can
+take the difference between any two of them (from a sync point it chooses to an arrival):
+
+- GPU (participants with GPU work): ``compute`` (kernels, memcpy, memset), ``comm`` (communication kernels
+  not under compute), ``idle`` (the rest); on a CPU-only participant ``comm`` is its CPU communication ranges.
+- host (every thread of the participant): ``loader`` (data-loader ranges), ``sync`` (synchronize calls not
+  inside one), ``host_ops`` (other operators and runtime calls), ``host_idle`` (the rest).
+
+One row per arrival (``SCHEMA``): as many as the file's collective calls and send/recv operations, never
+one per kernel. Times the clock offset must shift: ``origin``, ``arrival``, ``end``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipebubble.analysis.breakdown.rows import steps_of
+from pipebubble.analysis.collectives import participant
+from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.spans import GPU_WORK, HOST_WORK
+
+#: torch.utils.data's record_function names for fetching a batch
+#: (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ``..._MultiProcessingDataLoaderIter...``).
+LOADER = r"^enumerate\(DataLoader\)#|DataLoaderIter\.__next__"
+GPU_CLASSES = ("compute", "comm", "idle")
+HOST_CLASSES = ("loader", "sync", "host_ops", "host_idle")
+CLASSES = GPU_CLASSES + HOST_CLASSES
+SCHEMA = {"who": pl.Int64, "step": pl.Int64, "kind": pl.String, "seq": pl.Int64, "peer": pl.Int64,
+          "origin": pl.Int64, "arrival": pl.Int64, "end": pl.Int64, "gpu": pl.Boolean,
+          **{f"{at}_{c}": pl.Int64 for at in ("a", "e") for c in CLASSES}}
+
+
+def empty() -> pl.DataFrame:
+    """The part of a file without arrivals."""
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def windows(spans: pl.DataFrame, calls: pl.DataFrame, p2p: pl.DataFrame | None = None,
+            step_regex: str | None = None) -> pl.DataFrame:
+    """Map: one row per arrival of ``calls`` (``collective_part``'s, window rows included) and ``p2p``
+    (``p2p_part``'s) with its window and the time in each class there (``SCHEMA``). ``spans`` may hold
+    several ranks (a batch of rank files): everything is per participant."""
+    events = arrivals(calls, p2p)
+    if events.is_empty() or spans.is_empty():
+        return empty()
+    first = calls.filter(pl.col("kind").is_null()).select("who", first=pl.col("start"))
+    framed = _framed(events, _steps(spans, step_regex), first)
+    return _classified(framed, _unions(spans)).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+
+
+def arrivals(calls: pl.DataFrame, p2p: pl.DataFrame | None) -> pl.DataFrame:
+    """who, kind, seq, peer, arrival, end: the collective calls (kind the collective's) and the send/recv
+    operations (kind ``send``/``recv``, with their peer), in one table."""
+    own = calls.filter(pl.col("kind").is_not_null()).select(
+        "who", "kind", "seq", peer=pl.lit(None, pl.Int64), arrival="start", end="end")
+    if p2p is None or p2p.is_empty():
+        return own
+    ops = p2p.select("who", kind="direction", seq="seq", peer="peer", arrival="start", end="end")
+    return pl.concat([own, ops.cast(own.schema)])  # type: ignore[arg-type]
+
+
+def _steps(spans: pl.DataFrame, step_regex: str | None) -> pl.DataFrame:
+    """who, step, ws, we: each participant's profiler steps (``breakdown.rows.steps_of``, whose owner is the
+    participant once a rankless span's rank is its ``participant`` number)."""
+    marked = spans.lazy().filter(pl.col("device").is_null()).with_columns(rank=participant())
+    return steps_of(marked, step_regex).rename({"owner": "who"}).with_columns(pl.col("who").cast(pl.Int64))
+
+
+def _framed(events: pl.DataFrame, steps: pl.DataFrame, first: pl.DataFrame) -> pl.DataFrame:
+    """The arrivals with their step (the last step of the participant started before the arrival, if the
+    arrival is before its end) and ``origin`` (the step's start, else the participant's first instant)."""
+    probe = events.sort("arrival").join_asof(
+        steps.sort("ws").cast({"ws": pl.Int64}), left_on="arrival", right_on="ws", by="who", strategy="backward",
+        check_sortedness=False)
+    inside = pl.col("ws").is_not_null() & (pl.col("arrival") < pl.col("we"))
+    probe = probe.join(first, on="who", how="left").with_columns(
+        step=pl.when(inside).then("step"), origin=pl.when(inside).then("ws").otherwise(pl.col("first")))
+    return probe.drop("ws", "we", "first").sort("who", "arrival", "end")
+
+
+def _unions(spans: pl.DataFrame) -> pl.DataFrame:
+    """who, cls, start, end, before: each participant's merged intervals per union (``compute``, ``busy``:
+    all GPU work; ``loader``, ``blocked``: loader or sync; ``host``: all host work; ``cpu_comm``: CPU
+    communication ranges), with ``before`` the union's length before each interval (a cumulative sum)."""
+    gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
+    host = pl.col("device").is_null()
+    loader = host & pl.col("name").str.contains(LOADER)
+    sync = host & (pl.col("kind") == "sync")
+    work = host & pl.col("kind").is_in(HOST_WORK)
+    tags = {
+        "compute": gpu & (pl.col("kind") != "comm"), "busy": gpu, "loader": loader, "blocked": loader | sync,
+        "host": loader | work, "cpu_comm": host & (pl.col("kind") == "comm"),
+    }
+    lazy = spans.lazy().select("start", "end", who=participant(), **{k: v for k, v in tags.items()})
+    tagged = pl.concat([lazy.filter(k).select("who", "start", "end", cls=pl.lit(k)) for k in tags])
+    merged = merge(tagged.collect(engine=ENGINE), ["who", "cls"])
+    length = pl.col("end") - pl.col("start")
+    return merged.with_columns(before=(length.cum_sum() - length).over("who", "cls"))
+
+
+def _covered(points: pl.DataFrame, unions: pl.DataFrame, at: str) -> pl.DataFrame:
+    """``points`` (row, who, ``at``) with each union's length before ``at`` (one column per union): the
+    intervals before it in full, the one holding it up to ``at``."""
+    probe = points.lazy().select("row", "who", t=at).join(
+        unions.lazy().select("cls").unique(), how="cross").sort("t")
+    hit = probe.join_asof(unions.lazy().sort("start"), left_on="t", right_on="start", by=["who", "cls"],
+                          strategy="backward", check_sortedness=False)
+    ns = (pl.col("before") + pl.min_horizontal(pl.col("t"), "end") - pl.col("start")).fill_null(0)
+    wide = hit.select("row", "cls", ns=ns).collect(engine=ENGINE).pivot("cls", index="row", values="ns")
+    return wide.rename({c: f"{at}_{c}" for c in wide.columns if c != "row"})
+
+
+def _classified(framed: pl.DataFrame, unions: pl.DataFrame) -> pl.DataFrame:
+    """The arrivals with the ns of each class (``CLASSES``) from their origin to their arrival (``a_``) and
+    to their end (``e_``)."""
+    rows = framed.with_row_index("row")
+    gpus = unions.filter(pl.col("cls") == "busy")["who"].unique() if unions.height else pl.Series([], dtype=pl.Int64)
+    rows = rows.with_columns(gpu=pl.col("who").is_in(gpus.implode()))
+    covered = {at: _covered(rows, unions, at) for at in ("origin", "arrival", "end")} if unions.height else {}
+    for frame in covered.values():
+        rows = rows.join(frame, on="row", how="left")
+    for at, to in (("a", "arrival"), ("e", "end")):
+        rows = rows.with_columns(**_classes(rows.columns, to, at))
+    return rows
+
+
+def _classes(columns: list[str], to: str, prefix: str) -> dict[str, pl.Expr]:
+    """The classes from ``origin`` to ``to``, from the unions' lengths before each (``_covered``)."""
+    def union(cls: str) -> pl.Expr:
+        have = f"{to}_{cls}" in columns
+        return (pl.col(f"{to}_{cls}") - pl.col(f"origin_{cls}")).fill_null(0) if have else pl.lit(0, pl.Int64)
+
+    window = pl.col(to) - pl.col("origin")
+    comm = pl.when("gpu").then(union("busy") - union("compute")).otherwise(union("cpu_comm"))
+    classes = {
+        "compute": union("compute"), "comm": comm, "idle": pl.when("gpu").then(window - union("busy")).otherwise(0),
+        "loader": union("loader"), "sync": union("blocked") - union("loader"),
+        "host_ops": union("host") - union("blocked"), "host_idle": window - union("host"),
+    }
+    return {f"{prefix}_{c}": e for c, e in classes.items()}

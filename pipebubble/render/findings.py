@@ -1,0 +1,49 @@
+"""The report's opening: its findings, biggest worth first, as a summary line and one item per finding (every
+document renderer shows them before anything else). Only formatting: every number is the report's."""
+
+from __future__ import annotations
+
+from pipebubble.render.cells import num, pct, time
+from pipebubble.report import Report
+from pipebubble.report_findings import Finding
+
+THRESHOLD = 0.01  # what ``analysis.findings`` leaves out: findings worth at most this share of their step
+
+
+def summary(report: Report) -> str:
+    """``findings: 3, giving back up to ... a step``, or that nothing is worth more than the threshold."""
+    found = report.findings
+    if not found:
+        return f"Findings: nothing worth more than {THRESHOLD * 100:g} % of a step"
+    return (f"Findings ({len(found)}, what a fix would give back per step, biggest first; the gains do not add up:"
+            " fixing one changes the others)")
+
+
+def items(report: Report, unit: str = "ms") -> list[tuple[str, str]]:
+    """Per finding: its headline (worth per step, share, GPU time, dollars an hour with --gpu-cost; what it is)
+    and its detail (where, what to try, how the worth was computed)."""
+    return [(_headline(k, f, unit), _detail(f)) for k, f in enumerate(report.findings, 1)]
+
+
+def _headline(k: int, f: Finding, unit: str) -> str:
+    worth = [pct(f.worth_share) + " of the step"] if f.worth_share is not None else []
+    worth += [f"{time(f.worth_gpu_ns, unit)} GPU-{unit}"] + ([f"${num(f.cost_per_hour)}/hour"]
+                                                            if f.cost_per_hour is not None else [])
+    return f"{k}. {time(f.worth_ns, unit)} {unit} a step ({', '.join(worth)}): {f.title}"
+
+
+def _detail(f: Finding) -> str:
+    where = _where(f)
+    return "; ".join([*([f"where: {where}"] if where else []), f"cause: {f.cause}", f"try: {f.action}",
+                      f"worth: {f.how}"])
+
+
+def _where(f: Finding) -> str:
+    w = f.where
+    parts = ([f"rank{'s' * (len(w.ranks) > 1)} {_list(w.ranks)}"] if w.ranks else []) + (
+        [f"stage{'s' * (len(w.stages) > 1)} {_list(w.stages)}"] if w.stages else [])
+    return "; ".join(parts) or ", ".join(w.gpus[:3]) + ("…" if len(w.gpus) > 3 else "")
+
+
+def _list(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:8]) + ("…" if len(values) > 8 else "")
