@@ -104,5 +104,7 @@ def shift(part: FilePart, offset: int) -> FilePart:
         gpu=gpu,
         segments=[replace(s, start_ns=s.start_ns - offset, end_ns=s.end_ns - offset) for s in part.segments],
         memory=None if part.memory is None else part.memory.shifted(offset),
+        strips=None if part.strips is None else frame(part.strips, ("step_start", "step_end")),
+        critical=None if part.critical is None else part.critical.shifted(offset),
     )
 

@@ -21,6 +21,8 @@ import polars as pl
 
 from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import GpuPart
+from pipebubble.analysis.breakdown.strips import empty_bins, job_strips, strip_bins
+from pipebubble.analysis.critical import CriticalPart, critical_part, median_path
 from pipebubble.analysis.findings import findings
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart, reduce_job
@@ -39,7 +41,16 @@ from pipebubble.analysis.registry import (
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
-from pipebubble.report import Breakdown, IngestSummary, Interference, Lane, Report, Segment
+from pipebubble.report import (
+    Breakdown,
+    CriticalPath,
+    IngestSummary,
+    Interference,
+    Lane,
+    Report,
+    Segment,
+    Strips,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,8 @@ class FilePart:
     comm: CommPart | None = None
     gpu: GpuPart | None = None
     memory: MemoryPart | None = None
+    strips: pl.DataFrame | None = None  # per GPU and step, binned (``breakdown.strips``)
+    critical: CriticalPart | None = None
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -69,7 +82,7 @@ _ALONE = object()
 
 
 def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommPart, gpu: GpuPart,
-          stages=_ALONE, serving=_ALONE) -> FilePart:
+          stages=_ALONE, serving=_ALONE, strips=_ALONE, critical=_ALONE) -> FilePart:
     """The file's part, its lanes, collectives and breakdown given: its stages and serving steps added (those
     not given computed from its spans)."""
     spans = result.spans
@@ -84,7 +97,10 @@ def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommP
         {**result.meta, "spans": spans.height},
         result.format,
     )
-    return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part))
+    regex = options.serving.step_regex
+    strips = strip_bins(spans, regex) if strips is _ALONE else strips
+    critical = critical_part(spans, regex) if critical is _ALONE else critical
+    return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part), strips, critical)
 
 
 def _memory(result: FileResult, spans: pl.DataFrame | pl.LazyFrame, stages: StagePart | None) -> MemoryPart | None:
@@ -120,6 +136,9 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
         engines = serving_ranks(spans, options)
         lane_rows, calls, p2p = _by(lanes, "rank"), _by(comm.calls, "who"), _by(comm.p2p, "who")
         windows = _by(comm.windows, "who")
+        strips, critical = _by(strip_bins(spans, options.serving.step_regex), "rank"), critical_part(
+            spans, options.serving.step_regex)
+        nodes, blocks, steps = (_by(critical.nodes, "who"), _by(critical.blocks, "who"), _by(critical.steps, "who"))
         for n, k in enumerate(together):
             rank, first = ranks[k], n == 0
             parts[k] = _part(
@@ -129,6 +148,9 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
                          p2p.get(rank, comm.p2p.clear()), windows.get(rank, comm.windows.clear())),
                 _gpu_share(gpu, rank, first), stages.get(rank, _ALONE),
                 _ALONE if engines is None or rank in engines else (None, []),
+                strips.get(rank, empty_bins()),
+                CriticalPart(nodes.get(rank, critical.nodes.clear()), blocks.get(rank, critical.blocks.clear()),
+                             steps.get(rank, critical.steps.clear())),
             )
     return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
 
@@ -273,6 +295,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         [p.comm for p in parts if p.comm is not None],
         [p.file.meta for p in parts],
         options.pipeline,
+        [p.critical for p in parts if p.critical is not None],
     )
     section = job.section
     serving = max(parts, key=lambda p: (p.serving.steps or 0) if p.serving else 0)
@@ -295,8 +318,22 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
         host=bd.host([p.gpu for p in parts if p.gpu is not None]),
         memory=memory,
+        strips=_strips([p.strips for p in parts if p.strips is not None]),
+        critical_path=_with_median_segments(job.critical),
     )
     return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=job.late))
+
+
+def _strips(frames: list[pl.DataFrame]) -> Strips | None:
+    """The job's timeline strips (one step per GPU), None without a GPU."""
+    bins = pl.concat(frames, how="vertical_relaxed") if frames else empty_bins()
+    return job_strips(bins) if bins.height else None
+
+
+def _with_median_segments(paths: list[CriticalPath]) -> list[CriticalPath]:
+    """Every step's path, the segments kept on the median step's only (the others' shares stay whole)."""
+    median = median_path(paths)
+    return [p if p is median else replace(p, segments=[]) for p in paths]
 
 
 def summarize(parts: list[FilePart]) -> IngestSummary:
@@ -390,6 +427,9 @@ def encode(part: FilePart) -> bytes:
             **{k: _ipc(getattr(part.gpu, k)) for k in _GPU_FRAMES},
         },
         "memory": None if part.memory is None else {k: _ipc(getattr(part.memory, k)) for k in MemoryPart.FRAMES},
+        "strips": None if part.strips is None else _ipc(part.strips),
+        "critical": None if part.critical is None else {k: _ipc(getattr(part.critical, k))
+                                                        for k in CriticalPart.FRAMES},
     }
     return msgspec.msgpack.encode(envelope, enc_hook=str)
 
@@ -427,7 +467,10 @@ def decode(blob: bytes) -> FilePart:
     )
     m = env.get("memory")
     memory = None if m is None else MemoryPart(**{k: _frame(m[k]) for k in MemoryPart.FRAMES})
-    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu, memory)
+    strips = None if env.get("strips") is None else _frame(env["strips"])
+    k = env.get("critical")
+    critical = None if k is None else CriticalPart(**{name: _frame(k[name]) for name in CriticalPart.FRAMES})
+    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu, memory, strips, critical)
 
 
 def _tuple(value):

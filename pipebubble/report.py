@@ -15,9 +15,11 @@ from typing import Any, get_args, get_origin, get_type_hints
 import msgspec
 
 from pipebubble.errors import PipebubbleError
+from pipebubble.report_critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
 from pipebubble.report_findings import Finding, Where  # noqa: F401 (the report's)
 from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report_serving import Episode, Interference, StepClass, ms4
+from pipebubble.report_strips import Strip, Strips  # noqa: F401 (the report's)
 
 __all__ = ["Episode", "Interference", "StepClass", "ms4"]  # the serving part, re-exported: one place to import
 
@@ -370,6 +372,9 @@ class Report:
     host: Host | None = None
     memory: Memory | None = None
     findings: list[Finding] = field(default_factory=list)  # biggest worth first (``analysis/findings``)
+    strips: Strips | None = None  # one step per GPU, binned (``analysis/breakdown/strips``); null: no GPU
+    # each step's critical path across ranks; only the median step's keeps its segments
+    critical_path: list[CriticalPath] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

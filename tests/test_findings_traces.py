@@ -101,3 +101,27 @@ def test_findings_sorted_first_in_json_and_gated(tmp_path):
     below = subprocess.run([*cli, "--max-finding", f"{share * 100 - 1:.1f}%"], capture_output=True, text=True)
     above = subprocess.run([*cli, "--max-finding", f"{share * 100 + 1:.1f}%"], capture_output=True, text=True)
     assert (below.returncode, above.returncode) == (1, 0), below.stderr + above.stderr
+
+
+SHARED = ROOT.parent / "shared" / "traces"
+
+
+@pytest.mark.skipif(not (SHARED / "kineto").exists(), reason="the shared traces are absent")
+def test_critical_path_in_the_report_and_the_export():
+    from pipebubble.render import perfetto
+
+    ranks = sorted((SHARED / "kineto").glob("recsys_128rank_sampled_rank-*.json.gz"))
+    report = analyse(*ranks)
+    assert report.critical_path and report.strips is not None and len(report.strips.rows) == 2
+    for path in report.critical_path:
+        shares = sum(s.compute_ns + s.memory_ns + s.comm_ns + s.host_ns + s.waiting_ns for s in path.by_rank)
+        assert shares == path.length_ns > 0
+    kept = [p for p in report.critical_path if p.segments]
+    assert len(kept) == 1 and sum(s.end_ns - s.start_ns for s in kept[0].segments) == kept[0].length_ns
+    import polars as pl
+
+    from pipebubble.ingest import read_file
+
+    spans = pl.concat([read_file(p, use_cache=False).spans for p in ranks])
+    trace = perfetto.build(spans, report)
+    assert any(s.category == "pipebubble.critical" for s in trace.slices)

@@ -144,11 +144,11 @@ def _order(text: str, titles: list[str]) -> list[int]:
 
 def test_document_renderers_follow_the_one_section_order():
     report, _ = report_and_spans()
-    titles = ["Timeline", "Stages", "Biggest waits", "What if", "Lanes"]
+    titles = ["Findings", "Timeline", "Stages", "Biggest waits", "What if", "Lanes"]
     for name in ("text", "markdown", "html"):
         at = _order(render.render(report, name, width=120), titles)
-        assert len(at) >= 4 and at == sorted(at), name
-    assert sections.SECTIONS[0] == "facts" and sections.SECTIONS[-2:] == ("lanes", "legend")
+        assert len(at) >= 5 and at == sorted(at), name
+    assert sections.SECTIONS[:2] == ("findings", "facts") and sections.SECTIONS[-2:] == ("lanes", "legend")
 
 
 def test_renderers_never_print_nor_import_typer_nor_the_cli():

@@ -9,13 +9,14 @@ import polars as pl
 
 from pipebubble.analysis import collectives as coll
 from pipebubble.analysis import p2p as pp
+from pipebubble.analysis.critical import CriticalPart, critical_paths
 from pipebubble.analysis.evidence import one_rank, some_ranks
 from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages, stacked
 from pipebubble.analysis.rootcause import part as rc_part
 from pipebubble.analysis.rootcause.result import LateRank, late_ranks
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.options import PipelineOptions
-from pipebubble.report import Collectives, Wait
+from pipebubble.report import Collectives, CriticalPath, Wait
 
 #: At most this many collective waits are listed (biggest first); ``Collectives`` sums them all.
 MAX_COLLECTIVE_WAITS = 1000
@@ -40,10 +41,12 @@ class JobSection:
     waits: list[Wait] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     late: list[LateRank] = field(default_factory=list)  # why each late rank is late (``rootcause``)
+    critical: list[CriticalPath] = field(default_factory=list)  # each step's critical path across ranks
 
 
 def reduce_job(
-    stage_parts: list[StagePart], comm_parts: list[CommPart], metas: list[dict], options: PipelineOptions
+    stage_parts: list[StagePart], comm_parts: list[CommPart], metas: list[dict], options: PipelineOptions,
+    critical_parts: list[CriticalPart] | None = None,
 ) -> JobSection:
     """Reduce: the pipeline section on evidence, then the collectives (within a pipeline: among each stage's
     data-parallel peers), the waits (a pipeline's gaps spent in a collective get cause ``collective``) and
@@ -83,7 +86,8 @@ def reduce_job(
             notes.append(f"waits: the {len(spins):,} longest of {total:,} collective waits listed")
     windows = [c.windows for c in comm_parts if c.windows.height]
     late = late_ranks(pl.concat(windows, how="vertical_relaxed"), matched) if windows and matched.height else []
-    return JobSection(replace(section, waits=waits), collectives, waits, notes, late)
+    paths = critical_paths(critical_parts, matched if matched.height else None) if critical_parts else []
+    return JobSection(replace(section, waits=waits), collectives, waits, notes, late, paths)
 
 
 def _span(calls: pl.DataFrame) -> float:

@@ -38,6 +38,14 @@ def _detail(f: Finding) -> str:
                       f"worth: {f.how}"])
 
 
+def marks(report: Report, top: int = 3) -> list[tuple[str | int, str]]:
+    """Where the ``top`` findings lie, as the GPU timeline marks them: (GPU lane or rank, ``#k kind``)."""
+    out: list[tuple[str | int, str]] = []
+    for k, f in enumerate(report.findings[:top], 1):
+        out += [(gpu, f"#{k} {f.kind}") for gpu in f.where.gpus] + [(rank, f"#{k} {f.kind}") for rank in f.where.ranks]
+    return out
+
+
 def _where(f: Finding) -> str:
     w = f.where
     parts = ([f"rank{'s' * (len(w.ranks) > 1)} {_list(w.ranks)}"] if w.ranks else []) + (

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from pipebubble import __version__
-from pipebubble.render import collectives, findings, gputime, memory, sections, timeline
+from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, sections, timeline
 from pipebubble.render.cells import pct, share, time
 from pipebubble.render.sections import Table
 from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
@@ -237,6 +237,14 @@ def host(report: Report, unit: str = "ms") -> list[str]:
     return ["<h2>Host</h2>", _facts(gputime.host_facts(report, unit))]
 
 
+def gpu_timeline_section(report: Report) -> list[str]:
+    """One step per GPU as an SVG, the top findings outlined, and its key."""
+    if report.strips is None:
+        return []
+    return ["<h2>GPU timeline</h2>", gpu_timeline.svg(report.strips, findings.marks(report)),
+            gpu_timeline.legend_html()]
+
+
 def findings_section(report: Report, unit: str = "ms") -> list[str]:
     """The summary line, then each finding as an item of a list: its headline, its detail under it."""
     rows = "".join(f'<li><b>{escape(head.split(". ", 1)[1])}</b><br><span class="note">{escape(detail)}</span></li>'
@@ -287,7 +295,7 @@ def render(report: Report, *, step: int | None = None, window: tuple[int, int] |
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": lambda: gpu_bars(report, unit), "host": lambda: host(report, unit),
              "legend": lambda: legend_line(report), "memory": lambda: memory_section(report, unit),
-             "findings": lambda: findings_section(report, unit)}
+             "findings": lambda: findings_section(report, unit), "gpu_timeline": lambda: gpu_timeline_section(report)}
     body = page_header(report, unit, when or generated())
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top, bar_width=0)):
         body += [table(section)] if section is not None else drawn[kind]()

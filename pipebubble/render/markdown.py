@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipebubble.render import collectives, findings, gputime, memory, sections, timeline
+from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, sections, timeline
 from pipebubble.render.sections import Table
 from pipebubble.report import Report
 
@@ -46,6 +46,13 @@ def host(report: Report, unit: str = "ms") -> list[str]:
     return ["### Host", "", *(f"- {fact}" for fact in gputime.host_facts(report, unit)), ""]
 
 
+def gpu_timeline_section(report: Report, width: int) -> list[str]:
+    """One step per GPU in a code block, the top findings marked."""
+    if report.strips is None:
+        return []
+    return ["### GPU timeline", "", "```", *gpu_timeline.text(report.strips, width, findings.marks(report)), "```", ""]
+
+
 def findings_section(report: Report, unit: str = "ms") -> list[str]:
     """The summary line as a heading, then each finding as a numbered item with its detail under it."""
     lines = [f"### {findings.summary(report)}", ""]
@@ -85,7 +92,8 @@ def render(report: Report, width: int = 100, *, step: int | None = None, window:
              "timeline": lambda: timeline_block(report, width, step, window, lanes) if report.timeline else [],
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": list, "stage_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report),
-             "memory": lambda: memory_section(report, unit), "findings": lambda: findings_section(report, unit)}
+             "memory": lambda: memory_section(report, unit), "findings": lambda: findings_section(report, unit),
+             "gpu_timeline": lambda: gpu_timeline_section(report, width)}
     lines = ["## pipebubble report", ""]
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
         lines += table(section) if section is not None else drawn[kind]()

@@ -33,7 +33,7 @@ __all__ = ["CounterPoint", "ExportTrace", "Flow", "Slice", "Track", "build", "to
 
 COMPUTE = frozenset(PHASES) - {"comm"}
 NEST_SLACK_NS = 2
-_ORDER = {"passes": 0, "waits": 1}  # then GPU streams (from 10), CPU threads, counters
+_ORDER = {"passes": 0, "waits": 1, "critical": 2}  # then GPU streams (from 10), CPU threads, counters
 _SPAN_FIELDS = ("kind", "correlation", "external_id", "microbatch", "phase")
 _TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?(\.json(\.gz)?|\.sqlite|\.nsys-rep|\.qdrep)$")
 _RANK_LANE = re.compile(r"^rank(\d+)/")
@@ -45,6 +45,7 @@ def build(spans: pl.DataFrame, report: Report) -> ExportTrace:
     add_spans(out, spans, layout)
     add_passes(out, report, layout)
     add_waits(out, report, layout)
+    add_critical_path(out, report, layout)
     add_utilization(out, report, layout)
     return out
 
@@ -234,6 +235,18 @@ def add_waits(out: ExportTrace, report: Report, layout: _Layout) -> None:
                                          ("stage", w.stage), ("lane", w.lane), ("step", w.step), ("rank", w.rank),
                                          ("waited_for", w.waited_for)) if v is not None)
         out.slices.append(Slice(track, w.start_ns, end, f"wait: {w.cause}", args, "pipebubble.wait"))
+
+
+def add_critical_path(out: ExportTrace, report: Report, layout: _Layout) -> None:
+    """The median step's critical path as slices named by their kind on a "critical path" track of each lane
+    group it crosses (the report keeps the segments of that step only)."""
+    for path in report.critical_path:
+        for seg in path.segments:
+            gkey = layout.of_lane(seg.lane) or ("rank", seg.rank)
+            level, end = layout.place((gkey, "critical"), seg.start_ns, seg.end_ns)
+            track = layout.child(gkey, ("critical",), "critical path", level)
+            args = (("step", path.step), ("lane", seg.lane)) if path.step is not None else (("lane", seg.lane),)
+            out.slices.append(Slice(track, seg.start_ns, end, f"critical: {seg.kind}", args, "pipebubble.critical"))
 
 
 def _wait_order(w: Wait) -> tuple:

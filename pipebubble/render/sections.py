@@ -15,17 +15,19 @@ from pipebubble.report import Report, Wait, ms4
 TOP_WAITS = 10
 
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
-# this order. "findings" (a summary line and the findings table, ``render/findings.py``), "facts" (what was
+# this order. "findings" (a summary line and one item per finding, ``render/findings.py``), "gpu_timeline" (one
+# step per GPU, ``render/gpu_timeline.py``, the top findings marked), "facts" (what was
 # read, the job's notes, then the pipeline's header lines), the facts of "timeline", "collectives",
 # "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws it, text and Markdown have
 # the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables, ``render/memory.py``,
 # and in HTML a timeline per stage) and "legend" (what each utilization figure shown means) are drawn by each
 # renderer in its own way; the rest are tables (see ``table``).
-SECTIONS = ("findings", "facts", "timeline", "stages", "stage_bars", "waits", "recommendations", "memory",
-            "collectives", "collective_ranks", "collective_calls", "interference", "steps", "episodes", "gpu_time",
-            "gpu_bars", "gpu_idle", "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
-DRAWN = frozenset({"findings", "facts", "timeline", "stage_bars", "memory", "collectives", "interference",
-                   "gpu_bars", "host", "legend"})
+SECTIONS = ("findings", "facts", "timeline", "gpu_timeline", "critical_path", "stages", "stage_bars", "waits",
+            "recommendations", "memory", "collectives", "collective_ranks", "collective_calls", "interference",
+            "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle", "gpu_steps", "kernels", "host", "host_api",
+            "host_ranges", "lanes", "legend")
+DRAWN = frozenset({"findings", "facts", "timeline", "gpu_timeline", "stage_bars", "memory", "collectives",
+                   "interference", "gpu_bars", "host", "legend"})
 
 # What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
 LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",
@@ -372,8 +374,26 @@ def table(report: Report, kind: str, origin_ns: int, layout: Layout | None = Non
                 "kernels": lambda: gputime.kernel_table(report, lo.top, unit),
                 "host_api": lambda: gputime.api_table(report, lo.top, unit),
                 "host_ranges": lambda: gputime.range_table(report, lo.top, unit),
-                "lanes": lambda: lane_table(report, lo.lane_limit, unit)}
+                "lanes": lambda: lane_table(report, lo.lane_limit, unit),
+                "critical_path": lambda: critical_table(report, unit)}
     return builders[kind]()
+
+
+def critical_table(report: Report, unit: str = "ms") -> Table:
+    """The median step's critical path by participant: its time there by kind and its share of the step."""
+    paths = [p for p in report.critical_path if p.segments]
+    if not paths:
+        return Table("Critical path", [], [])
+    path = paths[0]
+    rows = [[collectives.who(s.rank, s.pid), time(s.compute_ns, unit), time(s.memory_ns, unit), time(s.comm_ns, unit),
+             time(s.host_ns, unit), time(s.waiting_ns, unit),
+             share(s.compute_ns + s.memory_ns + s.comm_ns + s.host_ns + s.waiting_ns, path.length_ns)]
+            for s in path.by_rank]
+    step = "" if path.step is None else f" of step {path.step}"
+    return Table(f"Critical path{step} (the median step, {time(path.length_ns, unit)} {unit}: the longest chain of"
+                 " stream order, launches, collectives' last arrivals and send → recv; its length is the step's)",
+                 ["on", f"compute {unit}", f"memory {unit}", f"exposed comm {unit}", f"host {unit}",
+                  f"waiting {unit}", "of step"], rows, frozenset(range(1, 7)))
 
 
 def walk(report: Report, origin_ns: int, layout: Layout | None = None) -> Iterator[tuple[str, Table | None]]:

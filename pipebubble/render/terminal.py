@@ -18,7 +18,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pipebubble.render import cells, collectives, findings, gputime, memory, sections, timeline
+from pipebubble.render import cells, collectives, findings, gpu_timeline, gputime, memory, sections, timeline
 from pipebubble.render.sections import Table as Section
 from pipebubble.report import Report
 
@@ -269,6 +269,13 @@ def interference_block(report: Report, width: int) -> list[RenderableType]:
     return [Group(*facts, prose(sections.interference_facts(report), width))]
 
 
+def gpu_timeline_block(report: Report, width: int) -> list[RenderableType]:
+    """One step per GPU (plain characters, one line each), the top findings marked."""
+    if report.strips is None:
+        return []
+    return [Text("\n".join(gpu_timeline.text(report.strips, width, findings.marks(report))), no_wrap=True)]
+
+
 def findings_block(report: Report, width: int, unit: str = "ms") -> list[RenderableType]:
     """The summary line, then each finding: its headline, and its detail indented and dim."""
     parts: list[RenderableType] = [Text(findings.summary(report), style="bold")]
@@ -303,7 +310,8 @@ def renderable(report: Report, width: int, *, step: int | None = None, window: t
              "interference": lambda: interference_block(report, width), "gpu_bars": list, "stage_bars": list,
              "host": lambda: host_block(report, width, unit), "legend": lambda: legend_block(report, width),
              "memory": lambda: memory_block(report, width, unit),
-             "findings": lambda: findings_block(report, width, unit)}
+             "findings": lambda: findings_block(report, width, unit),
+             "gpu_timeline": lambda: gpu_timeline_block(report, width)}
     bars = 10 if width >= NARROW else 5 if width >= NO_BARS else 0
     layout = sections.Layout(unit, top, bar_width=bars, lane_limit=TERMINAL_LANES, rank_limit=TERMINAL_RANKS,
                              gpu_limit=TERMINAL_GPUS, step_limit=TERMINAL_STEPS)

@@ -1,0 +1,257 @@
+"""Reduce: the critical path of each step across ranks, from every file's ``CriticalPart`` on the job's clock,
+the matched collectives (``collectives.match``) and the send/recv pairs (``p2p.pair``).
+
+Each run's start was released by one of: the stream's previous run (stream order), its launch (the host
+launched it after the stream went idle), another stream's run of its GPU that ended after both (an event
+wait; only when it ended more than ``part.MERGE_GAP_NS`` later), and for a collective kernel the last
+arrival on another rank (``last``), for a receive its send's start. The latest of them binds, as in any
+longest-path walk. Walking back from the step's end: a run's time is its class's; at its start the path
+follows what released it (the gap between is ``waiting``; a launch's latency is ``host``); a collective
+kernel whose last member arrived from another rank is communication from that arrival on, and the path
+jumps to the last member's kernel there (its own spin before is not on the path); on a host thread the
+path is ``host`` back to the last call that blocked on the GPU (a synchronize, a blocking copy), ``waiting``
+from the run that released that call to its return, then on that run. Each move ends where the next begins,
+so the segments tile the step: their lengths add up to its duration.
+
+A step is the job's profiler step N: from the first participant's start of it to the last one's end, the
+walk starting on the thread of the one that ended last. A job without steps is one step: from its first GPU
+work to its last, the walk starting at the run that ended last.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import polars as pl
+
+from pipebubble.analysis.collectives import pid_of, rank_of
+from pipebubble.analysis.critical.part import MERGE_GAP_NS, CriticalPart
+from pipebubble.report_critical import CriticalPath, PathSegment, PathShare
+
+KINDS = ("compute", "memory", "comm", "host", "waiting")
+#: Segments a step keeps (the longest, in time order); its composition counts every one.
+MAX_SEGMENTS = 500
+
+
+def critical_paths(parts: list[CriticalPart], matched: pl.DataFrame | None = None,
+                   pairs: pl.DataFrame | None = None) -> list[CriticalPath]:
+    """Reduce: every step's critical path (module docstring), in step order; none without GPU work.
+    ``parts``: each file's part, shifted onto the job's clock; ``matched``: ``collectives.match``'s rows;
+    ``pairs``: ``p2p.pair``'s."""
+    nodes, blocks, steps = _joined(parts) if parts else (pl.DataFrame(), None, None)
+    if nodes.is_empty():
+        return []
+    graph = _Graph(_released(nodes, matched, pairs), blocks)
+    return [_path(graph, *window) for window in _windows(nodes, steps)]
+
+
+def median_path(paths: list[CriticalPath]) -> CriticalPath | None:
+    """The step of median length (the lower middle one of an even count)."""
+    ordered = sorted(paths, key=lambda p: (p.length_ns, p.step if p.step is not None else -1))
+    return ordered[(len(ordered) - 1) // 2] if ordered else None
+
+
+def _joined(parts: list[CriticalPart]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Every file's nodes, blocks and steps, nodes numbered 0, 1, ... across files (a batch's part split by
+    participant keeps its batch's numbers: each part's are moved past the highest before)."""
+    nodes, blocks, offset = [], [], 0
+    for part in parts:
+        nodes.append(part.nodes.with_columns(pl.col("node") + offset))
+        blocks.append(part.blocks.with_columns(pl.col("release") + offset))
+        offset += int(part.nodes["node"].max() or 0) + 1 if part.nodes.height else 0
+    nodes, blocks = pl.concat(nodes).sort("node"), pl.concat(blocks)
+    dense = {"old": nodes["node"], "new": pl.int_range(nodes.height, dtype=pl.Int64, eager=True)}
+    renumber = pl.col("release").replace_strict(dense["old"], dense["new"], default=None)
+    return nodes.with_columns(node=dense["new"]), blocks.with_columns(release=renumber), pl.concat(
+        [p.steps for p in parts])
+
+
+def _released(nodes: pl.DataFrame, matched: pl.DataFrame | None, pairs: pl.DataFrame | None) -> pl.DataFrame:
+    """``nodes`` sorted by ``node``, with what released each one's start: ``from_kind`` (stream, event,
+    launch or null), ``from_node``, ``from_at``; and ``peer``, ``peer_at``: the other rank's kernel whose
+    arrival released a collective kernel or a receive, and when."""
+    by = ["lane", "stream"]
+    g = nodes.sort(*by, "start", "end").with_columns(prev=pl.col("node").shift(1).over(by),
+                                                     prev_end=pl.col("end").shift(1).over(by))
+    ends = g.select("who", "lane", x_node="node", x_end="end", x_stream="stream").sort("x_end")
+    g = g.sort("start").join_asof(ends, left_on="start", right_on="x_end", by=["who", "lane"], strategy="backward",
+                                  allow_exact_matches=False, check_sortedness=False)
+    low = pl.lit(-(2**62))
+    base = pl.max_horizontal(pl.col("prev_end").fill_null(low), pl.col("at").fill_null(low))
+    event = pl.col("x_end").is_not_null() & (pl.col("x_stream").ne_missing(pl.col("stream"))) & (
+        pl.col("x_end") > base + MERGE_GAP_NS)
+    launch = pl.col("at").is_not_null() & (pl.col("at") > pl.col("prev_end").fill_null(low))
+    kind = (pl.when(event).then(pl.lit("event")).when(launch).then(pl.lit("launch"))
+            .when(pl.col("prev").is_not_null()).then(pl.lit("stream")))
+    g = g.with_columns(from_kind=kind).with_columns(
+        from_node=pl.when(pl.col("from_kind") == "event").then("x_node").otherwise("prev"),
+        from_at=pl.when(pl.col("from_kind") == "event").then("x_end").when(pl.col("from_kind") == "launch")
+        .then("at").otherwise("prev_end"))
+    peers = pl.concat([_collective_peers(g, matched), _send_peers(g, pairs)]).unique("node", keep="first")
+    return g.join(peers, on="node", how="left").sort("node")
+
+
+_PEERS = {"node": pl.Int64, "peer": pl.Int64, "peer_at": pl.Int64}
+
+
+def _collective_peers(nodes: pl.DataFrame, matched: pl.DataFrame | None) -> pl.DataFrame:
+    """node, peer, peer_at: each collective kernel whose call's last member was another participant, that
+    member's kernel and its arrival (matched rows are kernels, found by participant and times)."""
+    if matched is None or matched.is_empty():
+        return pl.DataFrame(schema=_PEERS)
+    call = ["group", "kind", "call"]
+    rows = matched.join(nodes.select("who", "start", "end", "node"), on=["who", "start", "end"])
+    last = rows.filter(pl.col("who") == pl.col("last_who")).select(*call, peer="node")
+    out = rows.filter((pl.col("who") != pl.col("last_who")) & (pl.col("last") > pl.col("start"))).join(last, on=call)
+    return out.select("node", "peer", peer_at="last").cast(_PEERS)  # type: ignore[arg-type]
+
+
+def _send_peers(nodes: pl.DataFrame, pairs: pl.DataFrame | None) -> pl.DataFrame:
+    """node, peer, peer_at: each receive kernel posted before its send began, the send's kernel and start
+    (``p2p`` names a participant by ``spans.owner``: its rank, else its process)."""
+    if pairs is None or pairs.is_empty():
+        return pl.DataFrame(schema=_PEERS)
+    owner = pl.when(pl.col("who") >= 0).then("who").otherwise(-1 - pl.col("who"))
+    keyed = nodes.select("node", "start", "end", who=owner)
+    late = pairs.filter(pl.col("send_start") > pl.col("recv_start"))
+    recv = late.join(keyed, left_on=["recv_who", "recv_start", "recv_end"], right_on=["who", "start", "end"])
+    sent = recv.join(keyed.rename({"node": "peer"}), left_on=["send_who", "send_start", "send_end"],
+                     right_on=["who", "start", "end"])
+    return sent.select("node", "peer", peer_at="send_start").cast(_PEERS)  # type: ignore[arg-type]
+
+
+def _windows(nodes: pl.DataFrame, steps: pl.DataFrame) -> list[tuple]:
+    """(step, start, end, start state) per job step: the steps' span over participants, the walk starting on
+    the thread of the one that ended last; one window over all GPU work without steps."""
+    if steps.is_empty():
+        last = nodes.sort("end", "node").row(-1, named=True)
+        return [(None, int(nodes["start"].min()), last["end"], ("node", last["node"]))]
+    spans = steps.sort("end", "who").group_by("step", maintain_order=True).agg(
+        start=pl.col("start").min(), end=pl.col("end").last(), lane=pl.col("lane").last(), who=pl.col("who").last())
+    return [(r["step"], r["start"], r["end"], ("host", r["lane"], r["who"]))
+            for r in spans.sort("step").iter_rows(named=True)]
+
+
+#: A missing value in the walk's integer columns (times lie within ±2**62).
+NULL = -(2**63)
+#: What a run's span holds besides compute: the kind each column of it counts as.
+_INNER = (("memory", "memory_ns"), ("host", "host_ns"), ("waiting", "wait_ns"))
+_INTS = ("who", "start", "end", "memory_ns", "host_ns", "wait_ns", "from_node", "from_at", "peer", "peer_at")
+
+
+class _Graph:
+    """The nodes as arrays indexed by node id (``NULL`` for missing values; strings as codes into
+    ``names``: a few bytes a node, for millions of them) and each thread's blocked calls in order of return."""
+
+    def __init__(self, nodes: pl.DataFrame, blocks: pl.DataFrame) -> None:
+        lanes = pl.format("{}/stream{}", "lane", pl.col("stream").fill_null(-1))
+        strings = nodes.select(lane=lanes, at_lane="at_lane", cls="cls", from_kind="from_kind")
+        self.names = pl.concat([strings[c] for c in strings.columns]).unique(maintain_order=True).to_list()
+        code = {name: k for k, name in enumerate(self.names)}  # the None key codes the nulls
+        self.col = {c: nodes[c].fill_null(NULL).to_numpy() for c in _INTS}
+        self.col |= {c: strings[c].replace_strict(code, return_dtype=pl.Int64).to_numpy() for c in strings.columns}
+        self.blocks: dict[str, tuple[list[int], list[tuple]]] = {}
+        for part in blocks.sort("end", "start").partition_by("lane", maintain_order=True):
+            rows = list(part.select("end", "release", "release_end").iter_rows())
+            self.blocks[part["lane"][0]] = ([r[0] for r in rows], rows)
+
+    def text(self, column: str, node: int) -> str | None:
+        """A string column's value at ``node``."""
+        return self.names[self.col[column][node]]
+
+    def block_before(self, lane: str, t: int) -> tuple | None:
+        """(end, release, release_end) of the call on ``lane`` that blocked last, returning by ``t``."""
+        ends, rows = self.blocks.get(lane, ([], []))
+        k = bisect_right(ends, t) - 1
+        return rows[k] if k >= 0 else None
+
+
+class _Walk:
+    """One step's walk back: the segments met (who, lane, start, end, kind) and each participant's ns by kind."""
+
+    def __init__(self, graph: _Graph, start: int) -> None:
+        self.g, self.floor = graph, start
+        self.segments: list[list] = []
+        self.by: dict[int, dict[str, int]] = {}
+
+    def emit(self, who: int, lane: str, lo: int, hi: int, kind: str, node: int | None = None) -> None:
+        """[lo, hi] (cut to the step) as ``kind``; a run's own time split as its span holds it."""
+        lo = max(lo, self.floor)
+        if hi <= lo:
+            return
+        who, lo, hi = int(who), int(lo), int(hi)
+        self._count(who, kind, hi - lo, node)
+        last = self.segments[-1] if self.segments else None
+        if last is not None and last[:2] == [who, lane] and last[4] == kind and last[2] == hi:
+            last[2] = lo
+        else:
+            self.segments.append([who, lane, lo, hi, kind])
+
+    def _count(self, who: int, kind: str, ns: int, node: int | None) -> None:
+        mine = self.by.setdefault(who, dict.fromkeys(KINDS, 0))
+        if node is None or kind not in ("compute", "memory"):
+            mine[kind] += ns
+            return
+        c = self.g.col
+        span = int(c["end"][node] - c["start"][node])
+        inner = {k: int(c[col][node]) for k, col in _INNER}
+        shares = {k: v * ns // span for k, v in inner.items()} if span else {}
+        for k, v in shares.items():
+            mine[k] += v
+        mine["compute"] += ns - sum(shares.values())
+
+
+def _path(graph: _Graph, step: int | None, start: int, end: int, state: tuple) -> CriticalPath:
+    """The step's critical path: the walk from ``state`` at ``end`` back to ``start``."""
+    walk = _Walk(graph, start)
+    t, seen, c = end, set(), graph.col
+    while t > start:
+        if state[0] == "host":
+            _, lane, who = state
+            block = graph.block_before(lane, t)
+            if block is None:
+                walk.emit(who, lane, start, t, "host")
+                break
+            b_end, node, released = block
+            walk.emit(who, lane, b_end, t, "host")
+            walk.emit(who, lane, released, b_end, "waiting")
+            state, t = ("node", node), min(released, t)
+            continue
+        node = state[1]
+        if node in seen:  # no progress (runs of no length released by each other)
+            walk.emit(c["who"][node], graph.text("lane", node), start, t, "waiting")
+            break
+        seen.add(node)
+        peer, cls = int(c["peer"][node]), graph.text("cls", node)
+        if peer != NULL and cls == "comm":
+            arrival = min(int(c["peer_at"][node]), t)
+            walk.emit(c["who"][node], graph.text("lane", node), arrival, t, "comm")
+            node, t = peer, arrival
+        else:
+            walk.emit(c["who"][node], graph.text("lane", node), c["start"][node], t, cls, node)
+            t = min(int(c["start"][node]), t)
+        state, t = _release(walk, node, t)
+    return _finished(walk, step, start, end)
+
+
+def _release(walk: _Walk, node: int, t: int) -> tuple[tuple, int]:
+    """Where the path goes from ``node``'s start (at ``t``): what released it, the gap emitted."""
+    g = walk.g
+    kind, who = g.text("from_kind", node), int(g.col["who"][node])
+    at = walk.floor if kind is None else min(int(g.col["from_at"][node]), t)
+    if kind == "launch":
+        walk.emit(who, g.text("at_lane", node), at, t, "host")
+        return ("host", g.text("at_lane", node), who), at
+    walk.emit(who, g.text("lane", node), at, t, "waiting")
+    return ("node", int(g.col["from_node"][node])) if kind is not None else ("end",), at
+
+
+def _finished(walk: _Walk, step: int | None, start: int, end: int) -> CriticalPath:
+    """The path's segments in time order (the longest ``MAX_SEGMENTS``) and each participant's share."""
+    segments = walk.segments[::-1]
+    kept = segments if len(segments) <= MAX_SEGMENTS else sorted(
+        sorted(segments, key=lambda s: s[2] - s[3])[:MAX_SEGMENTS], key=lambda s: s[2])
+    out = [PathSegment(rank_of(w), pid_of(w), lane, lo, hi, kind) for w, lane, lo, hi, kind in kept]
+    shares = [PathShare(rank_of(w), pid_of(w), *(ns[k] for k in KINDS))
+              for w, ns in sorted(walk.by.items(), key=lambda item: (item[0] < 0, abs(item[0])))]
+    return CriticalPath(step, start, end - start, out, shares, len(segments))
