@@ -106,5 +106,6 @@ def shift(part: FilePart, offset: int) -> FilePart:
         memory=None if part.memory is None else part.memory.shifted(offset),
         strips=None if part.strips is None else frame(part.strips, ("step_start", "step_end")),
         critical=None if part.critical is None else part.critical.shifted(offset),
+        requests=None if part.requests is None else part.requests.shifted(offset),
     )
 

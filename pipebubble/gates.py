@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, NamedTuple
 
+from pipebubble import gates_requests
+
 # Units of a value: "fraction" (0..1, shown as a percentage), "ratio" (dimensionless), "ms" or "ns" (time).
 
 
@@ -40,6 +42,7 @@ GATES: dict[str, GateSpec] = {
     "max_wait_ms": GateSpec("wait", "max", "ms", label="longest wait"),
     "max_decode_slowdown": GateSpec("decode_slowdown", "max", "ratio", 1.0, "decode slowdown"),
     "max_finding": GateSpec("finding", "max", "fraction", label="largest finding"),
+    **{key: GateSpec(metric, "max", "ms", label=label) for key, (metric, label) in gates_requests.GATES.items()},
 }
 TIME_SUFFIXES = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}  # to ms
 
@@ -224,6 +227,7 @@ METRICS = {
     "wait": _wait,
     "decode_slowdown": _decode_slowdown,
     "finding": _finding,
+    **gates_requests.METRICS,
 }
 
 
@@ -313,9 +317,15 @@ def diff(base: dict[str, Any], new: dict[str, Any], tolerance: float, strict: bo
     notes: list[str] = [streams_note(streams)] if streams else []
     unmatched: list[str] = []
     for part in (_pipeline_deltas, _stage_deltas, _lane_deltas, _gpu_deltas, _collective_deltas, _kernel_deltas,
-                 _wait_deltas):
+                 _wait_deltas, _request_deltas):
         part(base, new, tolerance, names, deltas, notes, unmatched)
     return DiffResult(tolerance, deltas, notes, unmatched, strict, streams=streams)
+
+
+def _request_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:
+    """Each latency percentile of the served requests (higher is worse)."""
+    deltas += [judge(label, a, b, "ns", tolerance, scale=scale, key=key)
+               for label, key, a, b, scale in gates_requests.percentile_pairs(base, new, unmatched)]
 
 
 def _pipeline_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:

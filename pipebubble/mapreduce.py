@@ -38,6 +38,8 @@ from pipebubble.analysis.registry import (
     stages_part,
     stages_parts,
 )
+from pipebubble.analysis.requests import summarize as summarize_requests
+from pipebubble.analysis.requests.part import RequestsPart, requests_part
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
@@ -48,6 +50,7 @@ from pipebubble.report import (
     Interference,
     Lane,
     Report,
+    Requests,
     Segment,
     Strips,
 )
@@ -67,6 +70,7 @@ class FilePart:
     memory: MemoryPart | None = None
     strips: pl.DataFrame | None = None  # per GPU and step, binned (``breakdown.strips``)
     critical: CriticalPart | None = None
+    requests: RequestsPart | None = None
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -100,7 +104,8 @@ def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommP
     regex = options.serving.step_regex
     strips = strip_bins(spans, regex) if strips is _ALONE else strips
     critical = critical_part(spans, regex) if critical is _ALONE else critical
-    return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part), strips, critical)
+    return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part), strips, critical,
+                    requests_part(result.requests, spans, regex))
 
 
 def _memory(result: FileResult, spans: pl.DataFrame | pl.LazyFrame, stages: StagePart | None) -> MemoryPart | None:
@@ -216,7 +221,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     if warning:
         result = replace(result, warnings=[*result.warnings, warning])
     groups = result.meta.get("pg_config")
-    account = replace(result, spans=result.spans.clear(), memory=None)
+    account = replace(result, spans=result.spans.clear(), memory=None, requests=None)
     if alone and steps is None and not holds_stages(scan, options.pipeline, groups):
         return FilePart(account, lanes, None, None, [], None, gpu, _memory(result, scan, None))
     if not alone and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
@@ -282,7 +287,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
     from pipebubble.errors import TraceFormatError
 
     summary = summarize(parts)
-    if not summary.spans:
+    if not summary.spans and not any(p.requests is not None for p in parts):
         text = ", ".join(f"{k} {v}" for k, v in summary.skipped.items()) or "none"
         raise TraceFormatError(
             ", ".join(summary.files), f"nothing to analyse: no event became a span (not spans: {text})"
@@ -320,6 +325,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         memory=memory,
         strips=_strips([p.strips for p in parts if p.strips is not None]),
         critical_path=_with_median_segments(job.critical),
+        requests=_requests([p.requests for p in parts if p.requests is not None]),
     )
     return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=job.late))
 
@@ -328,6 +334,15 @@ def _strips(frames: list[pl.DataFrame]) -> Strips | None:
     """The job's timeline strips (one step per GPU), None without a GPU."""
     bins = pl.concat(frames, how="vertical_relaxed") if frames else empty_bins()
     return job_strips(bins) if bins.height else None
+
+
+def _requests(parts: list[RequestsPart]) -> Requests | None:
+    """The served requests of every file (OTLP, Jaeger or an engine's own events) with the engine steps and
+    KV-cache events found beside them, on the job's clock."""
+    if not parts:
+        return None
+    frames = {k: pl.concat([getattr(p, k) for p in parts], how="vertical_relaxed") for k in RequestsPart.FRAMES}
+    return summarize_requests(frames["requests"], frames["steps"], frames["kv"])
 
 
 def _with_median_segments(paths: list[CriticalPath]) -> list[CriticalPath]:
@@ -428,6 +443,8 @@ def encode(part: FilePart) -> bytes:
         },
         "memory": None if part.memory is None else {k: _ipc(getattr(part.memory, k)) for k in MemoryPart.FRAMES},
         "strips": None if part.strips is None else _ipc(part.strips),
+        "requests": None if part.requests is None else {k: _ipc(getattr(part.requests, k))
+                                                        for k in RequestsPart.FRAMES},
         "critical": None if part.critical is None else {k: _ipc(getattr(part.critical, k))
                                                         for k in CriticalPart.FRAMES},
     }
@@ -470,7 +487,10 @@ def decode(blob: bytes) -> FilePart:
     strips = None if env.get("strips") is None else _frame(env["strips"])
     k = env.get("critical")
     critical = None if k is None else CriticalPart(**{name: _frame(k[name]) for name in CriticalPart.FRAMES})
-    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu, memory, strips, critical)
+    q = env.get("requests")
+    requests = None if q is None else RequestsPart(**{name: _frame(q[name]) for name in RequestsPart.FRAMES})
+    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu, memory, strips, critical,
+                    requests)
 
 
 def _tuple(value):

@@ -18,6 +18,7 @@ from pipebubble.errors import PipebubbleError
 from pipebubble.report_critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
 from pipebubble.report_findings import Finding, Where  # noqa: F401 (the report's)
 from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
+from pipebubble.report_requests import RequestRow, Requests  # noqa: F401 (the report's)
 from pipebubble.report_serving import Episode, Interference, StepClass, ms4
 from pipebubble.report_strips import Strip, Strips  # noqa: F401 (the report's)
 
@@ -375,6 +376,7 @@ class Report:
     strips: Strips | None = None  # one step per GPU, binned (``analysis/breakdown/strips``); null: no GPU
     # each step's critical path across ranks; only the median step's keeps its segments
     critical_path: list[CriticalPath] = field(default_factory=list)
+    requests: Requests | None = None  # served requests (OTLP / Jaeger spans, or an engine's request events)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -388,6 +390,7 @@ class Report:
         version = body.pop("schema_version")
         body["interference"] = None if self.interference is None else self.interference.to_dict()
         body["kernels"] = [k.to_dict() for k in self.kernels]
+        body["requests"] = None if self.requests is None else self.requests.to_dict()
         head = {"schema_version": version, "ingest": body.pop("ingest"), "findings": body.pop("findings")}
         return msgspec.to_builtins({**head, **body}, str_keys=True)
 
@@ -397,7 +400,7 @@ def from_dict(cls: type, data: Any) -> Any:
     JSON report or a cached one. Keys the dataclass does not know (added by later versions) are ignored."""
     if data is None or not is_dataclass(cls):
         return data
-    if cls is Interference or cls is KernelStat:  # their JSON keys are not their fields
+    if cls is Interference or cls is KernelStat or cls is Requests:  # their JSON keys are not their fields
         return cls.from_dict(data)
     hints = _hints(cls)
     return cls(**{k: _value(hints[k], v) for k, v in data.items() if k in hints})

@@ -24,7 +24,9 @@ KINDS = (
     "sync_stall",  # GPU idle while the host waits in a synchronize
     "data_loader",  # a rank's step held back by its data loader
     "interference",  # prefill/decode interference in serving
-    "memory",  # a stage near or past its device's memory
+    "memory",  # the best what-if does not fit in memory
+    "queueing",  # requests' TTFT tail spent waiting in the queue
+    "tail_interference",  # requests' TPOT tail from decodes sharing steps with prefills
 )
 
 

@@ -28,6 +28,9 @@ def check(
     max_wait_ms: flags.MaxWaitMs = None,
     max_decode_slowdown: flags.MaxDecodeSlowdown = None,
     max_finding: flags.MaxFinding = None,
+    max_ttft_p99: flags.MaxTtftP99 = None,
+    max_tpot_p99: flags.MaxTpotP99 = None,
+    max_queue_p99: flags.MaxQueueP99 = None,
     strict: flags.Strict = False,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
@@ -57,7 +60,8 @@ def check(
 
     given = {"max_bubble": max_bubble, "max_excess_bubble": max_excess_bubble, "min_utilization": min_utilization,
              "max_stage_cv": max_stage_cv, "max_imbalance": max_imbalance, "max_wait_ms": max_wait_ms,
-             "max_decode_slowdown": max_decode_slowdown, "max_finding": max_finding}
+             "max_decode_slowdown": max_decode_slowdown, "max_finding": max_finding, "max_ttft_p99": max_ttft_p99,
+             "max_tpot_p99": max_tpot_p99, "max_queue_p99": max_queue_p99}
     from pipebubble.render import formats
 
     check_output("check", formats.pick("check", format.value, output), output)

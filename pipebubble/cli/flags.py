@@ -121,6 +121,10 @@ MaxDecodeSlowdown = Annotated[str | None, _gate("--max-decode-slowdown", "Most d
                                                 "with prefill, at least 1: 1.5.")]
 MaxFinding = Annotated[str | None, _gate("--max-finding", "Most any finding may be worth, as a share of its step: "
                                         "0.05 or 5%.")]
+MaxTtftP99 = Annotated[str | None, _gate("--max-ttft-p99", "Most p99 time to first token of the served requests: "
+                                        "ms, or with a unit (500ms, 0.5s).")]
+MaxTpotP99 = Annotated[str | None, _gate("--max-tpot-p99", "Most p99 time per output token: ms, or with a unit.")]
+MaxQueueP99 = Annotated[str | None, _gate("--max-queue-p99", "Most p99 queue wait: ms, or with a unit.")]
 Strict = Annotated[bool, typer.Option(
     "--strict", help="Fail (exit 1) when a requested gate cannot be evaluated (e.g. --max-bubble on a trace that "
     "is not a pipeline) or, for diff, when part of one report has no counterpart in the other; without it such "

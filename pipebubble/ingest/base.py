@@ -28,3 +28,5 @@ class FileResult:
     format: str = ""
     #: Allocator events (``allocations.SCHEMA``), None where the format or the file has none.
     memory: pl.DataFrame | None = None
+    #: Served requests (``requests_table.SCHEMA``), None where the format or the file has none.
+    requests: pl.DataFrame | None = None

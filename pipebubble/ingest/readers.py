@@ -162,8 +162,58 @@ def _json_splits(path: Path) -> bool:
     return path.is_file() and _json_text_bytes(path) > max(4 * BLOCK_BYTES, 32 << 20)
 
 
+# --- request spans: OTLP JSON (an OpenTelemetry Collector's file exporter) and Jaeger JSON, told by content ---
+
+#: Bytes of a file's (gunzipped) start looked at to tell request spans from a Chrome trace.
+HEAD_BYTES = 4096
+
+
+def head(path: Path) -> bytes:
+    """The first ``HEAD_BYTES`` of a file's text (gunzipped when it is gzipped), leading blanks dropped; b""
+    for a folder or a file that cannot be read."""
+    import zlib
+
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(HEAD_BYTES * 4)
+    except OSError:
+        return b""
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = zlib.decompressobj(wbits=31).decompress(raw, HEAD_BYTES * 2)
+        except zlib.error:
+            return b""
+    return raw.lstrip()[:HEAD_BYTES]
+
+
+def _otlp_claims(path: Path) -> bool:
+    """An OTLP JSON object: ``{"resourceSpans": ...`` (one per line from a collector's file exporter)."""
+    start = head(path) if path.is_file() else b""
+    return start.startswith(b"{") and b'"resourceSpans"' in start
+
+
+def _jaeger_claims(path: Path) -> bool:
+    """Jaeger's JSON: an object whose first span names ``traceID``, ``spanID`` and ``operationName``."""
+    start = head(path) if path.is_file() else b""
+    return start.startswith(b"{") and all(k in start for k in (b'"traceID"', b'"spanID"', b'"operationName"'))
+
+
+def _otlp_read(path: Path, where: Where) -> FileResult:
+    from pipebubble.ingest import otlp
+
+    return otlp.read(path)
+
+
+def _jaeger_read(path: Path, where: Where) -> FileResult:
+    from pipebubble.ingest import jaeger
+
+    return jaeger.read(path)
+
+
 READERS = (
     Reader("nsys", NSYS_SUFFIXES, _nsys_claims, _nsys_read, _nsys_writes),
+    Reader("otlp", JSON_SUFFIXES, _otlp_claims, _otlp_read, lambda path: False),
+    Reader("jaeger", JSON_SUFFIXES, _jaeger_claims, _jaeger_read, lambda path: False),
     # Last: whatever no other reader claims is read as JSON (its errors say what a JSON trace needs).
     Reader("json", JSON_SUFFIXES, lambda path: True, _json_read, _json_writes, _json_spills, _json_splits),
 )

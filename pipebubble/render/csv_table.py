@@ -19,7 +19,17 @@ from typing import Any
 
 from pipebubble.render.cells import per
 from pipebubble.render.gputime import CAUSES
-from pipebubble.report import Breakdown, KernelStat, Lane, MemoryDevice, MemoryStage, Report, Stage, Wait
+from pipebubble.report import (
+    Breakdown,
+    KernelStat,
+    Lane,
+    MemoryDevice,
+    MemoryStage,
+    Report,
+    RequestRow,
+    Stage,
+    Wait,
+)
 
 # name: (the item's dataclass, the report's items, JSON names of fields that differ, properties added)
 TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
@@ -30,6 +40,7 @@ TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
     "stages": (Stage, lambda r: r.stages, {}, ()),
     "memory": (MemoryDevice, lambda r: r.memory.devices if r.memory else [], {}, ()),
     "memory_stages": (MemoryStage, lambda r: r.memory.stages if r.memory else [], {}, ()),
+    "requests": (RequestRow, lambda r: r.requests.rows if r.requests else [], {}, ()),
 }
 #: Fields a table leaves out: lists of rows of their own (a device's drawn timeline, its per-step peaks).
 LEFT_OUT = {"memory": ("steps", "timeline")}

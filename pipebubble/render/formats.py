@@ -22,7 +22,7 @@ from typing import Any
 
 TIME_UNITS = ("ns", "us", "ms", "s")  # --timeunit: the keys of cells.UNITS
 # --table: the keys of csv_table.TABLES
-CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages", "memory", "memory_stages")
+CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages", "memory", "memory_stages", "requests")
 TOP = 15  # --top: rows of the kernel, runtime API and range tables
 
 

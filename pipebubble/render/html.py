@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from pipebubble import __version__
-from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, sections, timeline
+from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, requests, sections, timeline
 from pipebubble.render.cells import pct, share, time
 from pipebubble.render.sections import Table
 from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
@@ -245,6 +245,14 @@ def gpu_timeline_section(report: Report) -> list[str]:
             gpu_timeline.legend_html()]
 
 
+def requests_section(report: Report, unit: str = "ms") -> list[str]:
+    """The served requests' facts and their latency distributions."""
+    lines = requests.facts(report, unit)
+    if not lines:
+        return []
+    return ["<h2>Served requests</h2>", _facts(lines), requests.svg(report.requests)]
+
+
 def findings_section(report: Report, unit: str = "ms") -> list[str]:
     """The summary line, then each finding as an item of a list: its headline, its detail under it."""
     rows = "".join(f'<li><b>{escape(head.split(". ", 1)[1])}</b><br><span class="note">{escape(detail)}</span></li>'
@@ -295,7 +303,8 @@ def render(report: Report, *, step: int | None = None, window: tuple[int, int] |
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": lambda: gpu_bars(report, unit), "host": lambda: host(report, unit),
              "legend": lambda: legend_line(report), "memory": lambda: memory_section(report, unit),
-             "findings": lambda: findings_section(report, unit), "gpu_timeline": lambda: gpu_timeline_section(report)}
+             "findings": lambda: findings_section(report, unit), "gpu_timeline": lambda: gpu_timeline_section(report),
+             "requests": lambda: requests_section(report, unit)}
     body = page_header(report, unit, when or generated())
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top, bar_width=0)):
         body += [table(section)] if section is not None else drawn[kind]()

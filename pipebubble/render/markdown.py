@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, sections, timeline
+from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, requests, sections, timeline
 from pipebubble.render.sections import Table
 from pipebubble.report import Report
 
@@ -53,6 +53,12 @@ def gpu_timeline_section(report: Report, width: int) -> list[str]:
     return ["### GPU timeline", "", "```", *gpu_timeline.text(report.strips, width, findings.marks(report)), "```", ""]
 
 
+def requests_section(report: Report, unit: str = "ms") -> list[str]:
+    """The served requests' facts as a list under their heading."""
+    lines = requests.facts(report, unit)
+    return ["### Served requests", "", *(f"- {_cell(f)}" for f in lines), ""] if lines else []
+
+
 def findings_section(report: Report, unit: str = "ms") -> list[str]:
     """The summary line as a heading, then each finding as a numbered item with its detail under it."""
     lines = [f"### {findings.summary(report)}", ""]
@@ -93,7 +99,8 @@ def render(report: Report, width: int = 100, *, step: int | None = None, window:
              "collectives": lambda: collective_facts(report, unit), "interference": lambda: interference(report),
              "gpu_bars": list, "stage_bars": list, "host": lambda: host(report, unit), "legend": lambda: legend(report),
              "memory": lambda: memory_section(report, unit), "findings": lambda: findings_section(report, unit),
-             "gpu_timeline": lambda: gpu_timeline_section(report, width)}
+             "gpu_timeline": lambda: gpu_timeline_section(report, width),
+             "requests": lambda: requests_section(report, unit)}
     lines = ["## pipebubble report", ""]
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top)):
         lines += table(section) if section is not None else drawn[kind]()

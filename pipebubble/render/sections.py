@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipebubble.render import collectives, gputime
+from pipebubble.render import collectives, gputime, requests
 from pipebubble.render.cells import Table, bar, ms, num, pct, share, signed_pct, size, time  # renderers: Table, ms
 from pipebubble.report import Report, Wait, ms4
 
@@ -23,11 +23,11 @@ TOP_WAITS = 10
 # and in HTML a timeline per stage) and "legend" (what each utilization figure shown means) are drawn by each
 # renderer in its own way; the rest are tables (see ``table``).
 SECTIONS = ("findings", "facts", "timeline", "gpu_timeline", "critical_path", "stages", "stage_bars", "waits",
-            "recommendations", "memory", "collectives", "collective_ranks", "collective_calls", "interference",
-            "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle", "gpu_steps", "kernels", "host", "host_api",
-            "host_ranges", "lanes", "legend")
-DRAWN = frozenset({"findings", "facts", "timeline", "gpu_timeline", "stage_bars", "memory", "collectives",
-                   "interference", "gpu_bars", "host", "legend"})
+            "recommendations", "memory", "requests", "request_latency", "collectives", "collective_ranks",
+            "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle",
+            "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
+DRAWN = frozenset({"findings", "facts", "timeline", "gpu_timeline", "stage_bars", "memory", "requests",
+                   "collectives", "interference", "gpu_bars", "host", "legend"})
 
 # What each utilization figure is (ARCHITECTURE.md definitions), keyed by the section that shows it.
 LEGEND = {"pipeline": "utilization = 1 − bubble (stages computing / p over the step windows W)",
@@ -375,7 +375,8 @@ def table(report: Report, kind: str, origin_ns: int, layout: Layout | None = Non
                 "host_api": lambda: gputime.api_table(report, lo.top, unit),
                 "host_ranges": lambda: gputime.range_table(report, lo.top, unit),
                 "lanes": lambda: lane_table(report, lo.lane_limit, unit),
-                "critical_path": lambda: critical_table(report, unit)}
+                "critical_path": lambda: critical_table(report, unit),
+                "request_latency": lambda: requests.table(report, unit)}
     return builders[kind]()
 
 

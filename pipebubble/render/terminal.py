@@ -18,7 +18,17 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pipebubble.render import cells, collectives, findings, gpu_timeline, gputime, memory, sections, timeline
+from pipebubble.render import (
+    cells,
+    collectives,
+    findings,
+    gpu_timeline,
+    gputime,
+    memory,
+    requests,
+    sections,
+    timeline,
+)
 from pipebubble.render.sections import Table as Section
 from pipebubble.report import Report
 
@@ -276,6 +286,12 @@ def gpu_timeline_block(report: Report, width: int) -> list[RenderableType]:
     return [Text("\n".join(gpu_timeline.text(report.strips, width, findings.marks(report))), no_wrap=True)]
 
 
+def requests_block(report: Report, width: int, unit: str = "ms") -> list[RenderableType]:
+    """The served requests' facts (their percentile table is a section of its own)."""
+    lines = requests.facts(report, unit)
+    return [Group(Text("Served requests", style="bold"), prose(lines, width))] if lines else []
+
+
 def findings_block(report: Report, width: int, unit: str = "ms") -> list[RenderableType]:
     """The summary line, then each finding: its headline, and its detail indented and dim."""
     parts: list[RenderableType] = [Text(findings.summary(report), style="bold")]
@@ -311,7 +327,8 @@ def renderable(report: Report, width: int, *, step: int | None = None, window: t
              "host": lambda: host_block(report, width, unit), "legend": lambda: legend_block(report, width),
              "memory": lambda: memory_block(report, width, unit),
              "findings": lambda: findings_block(report, width, unit),
-             "gpu_timeline": lambda: gpu_timeline_block(report, width)}
+             "gpu_timeline": lambda: gpu_timeline_block(report, width),
+             "requests": lambda: requests_block(report, width, unit)}
     bars = 10 if width >= NARROW else 5 if width >= NO_BARS else 0
     layout = sections.Layout(unit, top, bar_width=bars, lane_limit=TERMINAL_LANES, rank_limit=TERMINAL_RANKS,
                              gpu_limit=TERMINAL_GPUS, step_limit=TERMINAL_STEPS)

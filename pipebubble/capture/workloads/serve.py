@@ -20,6 +20,23 @@ Either way the steps scheduled, and the tokens served, are the same as without i
 Arrivals are counted in engine steps, not seconds: request i joins the queue before step ⌊i / rate⌋, so
 every run of the same settings schedules the same steps whatever the machine's speed. The model is kept
 to few operators per step so that a profile of a whole run stays small.
+
+Request events. The engine marks each request's life in the trace with ``record_function`` ranges that it
+opens and closes at once (torch 2.13's profiler offers no instant event of its own: a range survives into the
+Kineto JSON as a ``user_annotation``), so an event's time is its range's start and its length means nothing.
+Any engine can emit the same names; ``pipebubble.analysis.requests_from_trace`` reads them back. A name is
+``request:{event} id={id}`` and then ``key=value`` fields, separated by single spaces (the id holds no space):
+
+- ``request:arrival id=R prompt=N``: R reached the engine with an N-token prompt and joined its waiting queue.
+- ``request:scheduled id=R``: R left the queue; its first prefill step begins (queue end, prefill start).
+- ``request:prefill id=R tokens=N``, ``request:decode id=R``: R takes part in the engine step whose range
+  holds the event, prefilling N prompt tokens or decoding one; a request's prefill ends with its last
+  prefill step.
+- ``request:kv_alloc id=R blocks=N used=U``: N KV-cache blocks given to R for this step (here 16 tokens a
+  block, as vLLM's default); U blocks are in use across the cache after it.
+- ``request:kv_free id=R blocks=N used=U``: R's N blocks released (it finished, or an engine evicted it).
+- ``request:first_token id=R``: R's first output token reached the host.
+- ``request:completion id=R tokens=N``: its last one did, N tokens in all.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ D_MODEL, HEADS, LAYERS, VOCAB, MAX_LEN = 512, 8, 1, 2048, 1024
 HEAD_DIM = D_MODEL // HEADS
 PROMPT_TOKENS, OUTPUT_TOKENS = (512, 740), (6, 12)  # prompts 2-3x the 256-token budget of the samples
 MAX_PREFILL_TOKENS = 2048  # per step without chunked prefill
+BLOCK_TOKENS = 16  # tokens per KV-cache block in the request events (vLLM's default block size)
 
 
 @dataclass
@@ -46,11 +64,20 @@ class Request:
     prefilled: int = 0
     generated: int = 0
     last_token: int = 0
+    blocks: int = 0  # KV-cache blocks held
     output: list[int] = field(default_factory=list)
 
     @property
     def decoding(self) -> bool:
         return self.prefilled == len(self.prompt)
+
+
+def mark(name: str) -> None:
+    """One request event (see the module docstring): a range opened and closed at once."""
+    from torch.profiler import record_function
+
+    with record_function(name):
+        pass
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -167,6 +194,7 @@ class Engine:
         self.async_steps = args.async_steps
         self.model = Model(device, len(requests), non_blocking=args.async_steps)
         self.pending, self.running = list(requests), []
+        self.kv_used = 0  # KV-cache blocks held by all requests
         self.in_flight = None  # --async: (host tokens, event, [(index, request)]) of the step last launched
         if self.async_steps:
             self.last_tokens = self.model.torch.zeros(len(requests), dtype=self.model.torch.long, device=device)
@@ -203,6 +231,7 @@ class Engine:
         positions = [(r.slot, len(r.prompt) + r.generated - 1) for r in decodes]
         chunks = [(r.slot, r.prefilled, n) for r, n in prefills]
         with record_function(label), self.model.torch.inference_mode():
+            self.mark_step(decodes, prefills)
             if self.async_steps:
                 self.in_flight, previous = self.launch(decodes, prefills, positions, chunks), self.in_flight
             else:
@@ -216,11 +245,48 @@ class Engine:
             if r.decoding:  # a finished prompt yields its first token too
                 r.generated += 1
                 if not self.async_steps:
-                    r.last_token = next_tokens[i]
-                    r.output.append(r.last_token)
+                    self.received(r, next_tokens[i])
         if self.async_steps:
             self.read_back(previous)
+        for r in self.running:
+            if r.generated == r.max_new:
+                self.release(r)
         self.running = [r for r in self.running if r.generated < r.max_new]
+
+    def mark_step(self, decodes, prefills) -> None:
+        """Each request's part in the step about to run, and the KV-cache blocks it takes for it."""
+        for r, n in prefills:
+            if not r.prefilled:
+                mark(f"request:scheduled id={r.slot}")
+            self.allocate(r, r.prefilled + n)
+            mark(f"request:prefill id={r.slot} tokens={n}")
+        for r in decodes:
+            self.allocate(r, len(r.prompt) + r.generated)
+            mark(f"request:decode id={r.slot}")
+
+    def allocate(self, r: Request, positions: int) -> None:
+        """Blocks enough for `positions` cached tokens of `r`: the step's new ones, if any."""
+        new = -(-positions // BLOCK_TOKENS) - r.blocks
+        if new > 0:
+            r.blocks += new
+            self.kv_used += new
+            mark(f"request:kv_alloc id={r.slot} blocks={new} used={self.kv_used}")
+
+    def release(self, r: Request) -> None:
+        """A finished request's blocks back to the cache."""
+        self.kv_used -= r.blocks
+        mark(f"request:kv_free id={r.slot} blocks={r.blocks} used={self.kv_used}")
+        r.blocks = 0
+
+    @staticmethod
+    def received(r: Request, token: int) -> None:
+        """A token of `r` on the host: its first and its last are request events."""
+        r.last_token = token
+        r.output.append(token)
+        if len(r.output) == 1:
+            mark(f"request:first_token id={r.slot}")
+        if len(r.output) == r.max_new:
+            mark(f"request:completion id={r.slot} tokens={len(r.output)}")
 
     def launch(self, decodes, prefills, positions, chunks):
         """--async: the step's work, launched: input tokens gathered on the device, next tokens written back
@@ -238,8 +304,7 @@ class Engine:
             self.last_tokens.index_copy_(0, slots, next_tokens[index])
         return (*model.to_host(next_tokens), owners)
 
-    @staticmethod
-    def read_back(in_flight) -> None:
+    def read_back(self, in_flight) -> None:
         """--async: the tokens of a step launched before, once its copy is done (waits for that step only)."""
         if in_flight is None:
             return
@@ -248,8 +313,7 @@ class Engine:
             event.synchronize()
         values = host.tolist()
         for i, r in owners:
-            r.last_token = values[i]
-            r.output.append(r.last_token)
+            self.received(r, values[i])
 
     def run(self) -> int:
         """Serve every request; the step counter jumps ahead when nothing is running."""
@@ -258,7 +322,9 @@ class Engine:
             if not self.running:
                 steps = max(steps, self.pending[0].arrival)
             while self.pending and self.pending[0].arrival <= steps:
-                self.running.append(self.pending.pop(0))
+                r = self.pending.pop(0)
+                mark(f"request:arrival id={r.slot} prompt={len(r.prompt)}")
+                self.running.append(r)
             self.step(self.schedule())
             steps += 1
         self.read_back(self.in_flight)

@@ -1,4 +1,5 @@
-"""Cache entries: each file's key, its cached span table, and whole cached reports.
+"""Cache entries: each file's key, its cached span table (with its allocator events and requests beside it),
+and whole cached reports.
 
 An entry is keyed by the file's identity: its absolute path, size, mtime, inode, ctime and a hash of its
 first and last MB (for a folder, every member's), with the pipebubble version and the cache format, so an
@@ -22,7 +23,7 @@ from pipebubble.ingest.cache.atomic import _tmp_name, _unlink, _write_atomic
 from pipebubble.ingest.cache.folder import _probe, _reason, directory, is_cache_warning, unusable, usable
 from pipebubble.ingest.cache.spill import _manifest, _valid_manifest, intact
 
-_FORMAT = 3  # 3: the allocator-event table beside the span table
+_FORMAT = 4  # 3: the allocator-event table beside the span table; 4: the request table
 #: Bytes hashed at each end of a file: cheap, and catches an edit that keeps size and mtime.
 _EDGE_BYTES = 1 << 20
 
@@ -102,6 +103,7 @@ def get(path: Path, entry_key: str | None = None) -> FileResult | None:
         if spill and not intact(Path(spill), info["spill"]):
             return None  # the spilled span table lost parts: read the trace again
         memory = _memory(base, info.get("memory_rows"))
+        requests = _requests(base, info.get("requests_rows"))
     except Exception:  # unreadable, truncated or foreign: read the trace again
         return None
     except BaseException as exc:  # polars' panics are BaseExceptions
@@ -117,21 +119,34 @@ def get(path: Path, entry_key: str | None = None) -> FileResult | None:
         info["meta"],
         info["format"],
         memory,
+        requests,
     )
 
 
 def _memory(base: Path, rows: Any):
-    """The entry's allocator-event table (None when the file had none); one of the wrong shape or length
+    """The entry's allocator-event table (None when the file had none)."""
+    from pipebubble.allocations import SCHEMA
+
+    return _side_table(base, ".memory.parquet", rows, SCHEMA)
+
+
+def _requests(base: Path, rows: Any):
+    """The entry's request table (None when the file had none)."""
+    from pipebubble.requests_table import SCHEMA
+
+    return _side_table(base, ".requests.parquet", rows, SCHEMA)
+
+
+def _side_table(base: Path, suffix: str, rows: Any, schema: dict):
+    """A table stored beside the span table (None when the file had none); one of the wrong shape or length
     raises, so the trace is read again."""
     if rows is None:
         return None
     import polars as pl
 
-    from pipebubble.allocations import SCHEMA
-
-    table = pl.read_parquet(base.with_suffix(".memory.parquet"))
-    if not isinstance(rows, int) or table.height != rows or dict(table.schema) != SCHEMA:
-        raise ValueError("allocator events of the wrong shape")
+    table = pl.read_parquet(base.with_suffix(suffix))
+    if not isinstance(rows, int) or table.height != rows or dict(table.schema) != schema:
+        raise ValueError(f"{suffix} table of the wrong shape")
     return table
 
 
@@ -187,6 +202,7 @@ def put(path: Path, result: FileResult, entry_key: str | None = None) -> None:
         "format": result.format,
         "rows": result.spans.height,
         "memory_rows": None if result.memory is None else result.memory.height,
+        "requests_rows": None if result.requests is None else result.requests.height,
     }
     spill = result.meta.get("spill")
     if spill:
@@ -201,9 +217,10 @@ def put(path: Path, result: FileResult, entry_key: str | None = None) -> None:
         try:
             result.spans.write_parquet(tmp, compression="lz4")
             os.replace(tmp, base.with_suffix(".parquet"))
-            if result.memory is not None:
-                result.memory.write_parquet(tmp, compression="lz4")
-                os.replace(tmp, base.with_suffix(".memory.parquet"))
+            for side, suffix in ((result.memory, ".memory.parquet"), (result.requests, ".requests.parquet")):
+                if side is not None:
+                    side.write_parquet(tmp, compression="lz4")
+                    os.replace(tmp, base.with_suffix(suffix))
         finally:
             _unlink(tmp)
         _write_atomic(base.with_suffix(".json"), json.dumps(info, default=str))

@@ -1,0 +1,50 @@
+"""Map: one file's requests (OTLP / Jaeger request spans read into ``FileResult.requests``, or the request
+events an engine wrote into its own trace, ``requests_from_trace``), its engine steps (to attribute the tail,
+``tail``) and its KV-cache occupancy; times on the file's clock until the reduce moves them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipebubble import requests_table
+from pipebubble.analysis.requests_from_trace import EVENT, KV_SCHEMA, requests_from_trace
+from pipebubble.analysis.steps_llm import attach_gpu, find_steps
+
+#: Time columns of each frame, which the file's clock offset moves.
+TIMES = {"requests": ("arrival", "scheduled", "first_token", "completion"),
+         "steps": ("start", "end", "gpu_start", "gpu_end"), "kv": ("t",)}
+
+
+@dataclass(frozen=True)
+class RequestsPart:
+    requests: pl.DataFrame  # requests_table.SCHEMA
+    steps: pl.DataFrame  # the engine's steps (steps_llm.STEP_COLUMNS with their GPU work)
+    kv: pl.DataFrame  # requests_from_trace.KV_SCHEMA
+
+    FRAMES = ("requests", "steps", "kv")
+
+    def shifted(self, offset: int) -> RequestsPart:
+        """The part with ``offset`` taken off every time it holds."""
+        return RequestsPart(*(getattr(self, k).with_columns(pl.col(c) - offset for c in TIMES[k]
+                                                             if c in getattr(self, k).columns)
+                              for k in self.FRAMES))
+
+
+def requests_part(requests: pl.DataFrame | None, spans: pl.DataFrame, step_regex: str | None = None
+                  ) -> RequestsPart | None:
+    """The file's part: its request spans, else its own request events; None when it has neither. A trace
+    with requests also gives its engine steps."""
+    kv = pl.DataFrame(schema=KV_SCHEMA)
+    if requests is None and spans.height:
+        events = spans.filter(pl.col("kind") == "annotation", pl.col("name").str.contains(EVENT))
+        if events.height:
+            found = requests_from_trace(spans)
+            requests, kv = found.requests, found.kv
+    if requests is None or requests.is_empty():
+        return None
+    steps = find_steps(spans, step_regex)
+    if steps.height:
+        steps = attach_gpu(steps, spans)
+    return RequestsPart(requests_table.conform(requests), steps, kv)
