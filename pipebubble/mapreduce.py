@@ -39,7 +39,7 @@ from pipebubble.analysis.registry import (
     stages_parts,
 )
 from pipebubble.analysis.requests import summarize as summarize_requests
-from pipebubble.analysis.requests.part import RequestsPart, requests_part
+from pipebubble.analysis.requests.part import RequestsPart, has_request_events, requests_part
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
@@ -86,7 +86,7 @@ _ALONE = object()
 
 
 def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommPart, gpu: GpuPart,
-          stages=_ALONE, serving=_ALONE, strips=_ALONE, critical=_ALONE) -> FilePart:
+          stages=_ALONE, serving=_ALONE, strips=_ALONE, critical=_ALONE, requests=_ALONE) -> FilePart:
     """The file's part, its lanes, collectives and breakdown given: its stages and serving steps added (those
     not given computed from its spans)."""
     spans = result.spans
@@ -104,8 +104,9 @@ def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommP
     regex = options.serving.step_regex
     strips = strip_bins(spans, regex) if strips is _ALONE else strips
     critical = critical_part(spans, regex) if critical is _ALONE else critical
+    requests = requests_part(result.requests, spans, regex) if requests is _ALONE else requests
     return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part), strips, critical,
-                    requests_part(result.requests, spans, regex))
+                    requests)
 
 
 def _memory(result: FileResult, spans: pl.DataFrame | pl.LazyFrame, stages: StagePart | None) -> MemoryPart | None:
@@ -144,6 +145,7 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
         strips, critical = _by(strip_bins(spans, options.serving.step_regex), "rank"), critical_part(
             spans, options.serving.step_regex)
         nodes, blocks, steps = (_by(critical.nodes, "who"), _by(critical.blocks, "who"), _by(critical.steps, "who"))
+        served = has_request_events(spans)  # looked for once over the batch, not once a file
         for n, k in enumerate(together):
             rank, first = ranks[k], n == 0
             parts[k] = _part(
@@ -156,6 +158,7 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
                 strips.get(rank, empty_bins()),
                 CriticalPart(nodes.get(rank, critical.nodes.clear()), blocks.get(rank, critical.blocks.clear()),
                              steps.get(rank, critical.steps.clear())),
+                _ALONE if served or results[k].requests is not None else None,
             )
     return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
 
@@ -318,7 +321,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         interference=serving.serving,
         timeline=section.timeline + serving.segments,
         collectives=job.collectives,
-        notes=clock_notes + job.notes,
+        notes=clock_notes + job.notes + _unbinned(parts),
         breakdown=[row for p in parts if p.gpu is not None for row in p.gpu.rows],
         kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
         host=bd.host([p.gpu for p in parts if p.gpu is not None]),
@@ -327,7 +330,19 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         critical_path=_with_median_segments(job.critical),
         requests=_requests([p.requests for p in parts if p.requests is not None]),
     )
-    return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=job.late))
+    late = None if _unbinned(parts) else job.late  # a spilled rank's arrivals hold its communication rows only
+    return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=late))
+
+
+#: The note of a report some of whose traces were spilled and not read whole (``_map_spilled``).
+UNBINNED = ("per-GPU timeline, critical path and why a rank is late: not computed for {} trace(s) spilled to disk "
+            "(bigger than the memory budget; a late rank is named from the collectives alone)")
+
+
+def _unbinned(parts: list[FilePart]) -> list[str]:
+    """A note when spilled traces have no strips nor critical-path part (not read whole)."""
+    count = sum(1 for p in parts if p.file.meta.get("spill") and p.strips is None)
+    return [UNBINNED.format(count)] if count else []
 
 
 def _strips(frames: list[pl.DataFrame]) -> Strips | None:

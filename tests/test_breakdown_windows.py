@@ -26,6 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMES = ("stats", "api", "ranges", "ops", "delays")
 
 
+
+def comparable(report: dict) -> dict:
+    """A report without what a spilled trace not read whole leaves out (mapreduce.UNBINNED): its per-GPU
+    timeline, its critical path, why a rank is late (its findings name a late rank from the collectives
+    alone) and the note that says so."""
+    body = {k: v for k, v in report.items() if k not in ("strips", "critical_path", "findings")}
+    body["notes"] = [n for n in report["notes"] if not n.startswith("per-GPU timeline, critical path")]
+    return body
+
+
 def windowed(table: pl.DataFrame, rows: int, alone: bool, step_regex: str | None = None) -> GpuPart:
     scan = table.lazy()
     ops, launches = (q.collect().lazy() for q in narrow(scan))
@@ -131,7 +141,7 @@ def test_a_tiny_budget_spills_every_trace_into_windows_and_changes_no_number(whe
         assert budget.spill_bytes() == 0 and budget.rows_per_window() == budget.MIN_WINDOW_ROWS
     assert budget.ENV not in os.environ, "the budget is put back"
     assert list((tmp_path / "spill").iterdir()), "the trace was spilled"
-    assert report == in_memory
+    assert comparable(report) == comparable(in_memory)
 
 
 @pytest.mark.parametrize("text, size", [("800M", 800 * 10**6), ("1.5G", 1_500_000_000), ("2GiB", 2 << 30),
@@ -200,7 +210,7 @@ def test_a_full_cache_volume_keeps_the_narrow_copies_in_memory(monkeypatch, tmp_
     warnings = report["ingest"].pop("warnings")
     assert any("No space left on device" in w and "held in memory instead" in w for w in warnings), warnings
     in_memory["ingest"].pop("warnings")
-    assert report == in_memory
+    assert comparable(report) == comparable(in_memory)
     assert not [p for p in (tmp_path / "spill").iterdir() if ".tmp-" in p.name], "no scratch folder left behind"
 
 
@@ -225,6 +235,6 @@ def test_spilled_ranks_of_a_job_that_is_not_a_pipeline_read_only_their_communica
     monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(budget.SPILL_ENV, "1")
     spilled = run(ranks, Options(), Scale(use_cache=False, workers=1)).to_dict()
-    assert spilled == in_memory
+    assert comparable(spilled) == comparable(in_memory)
     total = sum(read_file(r, use_cache=False).meta["spans"] for r in ranks)  # spilled: counted, not held
     assert len(read) == 2 and sum(read) < total / 2, (read, total)

@@ -14,6 +14,16 @@ from pipebubble.run import run
 ROOT = Path(__file__).resolve().parents[1]
 
 
+
+def comparable(report: dict) -> dict:
+    """A report without what a spilled trace not read whole leaves out (mapreduce.UNBINNED): its per-GPU
+    timeline, its critical path, why a rank is late (its findings name a late rank from the collectives
+    alone) and the note that says so."""
+    body = {k: v for k, v in report.items() if k not in ("strips", "critical_path", "findings")}
+    body["notes"] = [n for n in report["notes"] if not n.startswith("per-GPU timeline, critical path")]
+    return body
+
+
 @pytest.mark.parametrize(
     "where",
     [("kineto", "resnet_ddp_a100_nccl_rank0.json.gz"), ("pipeline_cpu", "gpipe"), "serve_chunked_prefill",
@@ -27,9 +37,9 @@ def test_spilled_report_equals_in_memory(where, monkeypatch):
     monkeypatch.setenv("PIPEBUBBLE_SPILL_BYTES", "1")
     spilled = run([path], Options(), Scale(use_cache=True))
     assert list((cache.directory() / "spill").iterdir())
-    assert spilled.to_dict() == in_memory
+    assert comparable(spilled.to_dict()) == comparable(in_memory)
     again = run([path], Options(), Scale(use_cache=True))  # from the cache: the spill folders are reused
-    assert again.to_dict() == in_memory
+    assert comparable(again.to_dict()) == comparable(in_memory)
 
 
 @pytest.mark.parametrize("cut_off", [False, True], ids=["whole", "cut-off"])

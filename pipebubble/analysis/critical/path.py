@@ -54,16 +54,24 @@ def median_path(paths: list[CriticalPath]) -> CriticalPath | None:
 def _joined(parts: list[CriticalPart]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Every file's nodes, blocks and steps, nodes numbered 0, 1, ... across files (a batch's part split by
     participant keeps its batch's numbers: each part's are moved past the highest before)."""
-    nodes, blocks, offset = [], [], 0
+    offsets, offset = [], 0
     for part in parts:
-        nodes.append(part.nodes.with_columns(pl.col("node") + offset))
-        blocks.append(part.blocks.with_columns(pl.col("release") + offset))
+        offsets.append(offset)
         offset += int(part.nodes["node"].max() or 0) + 1 if part.nodes.height else 0
-    nodes, blocks = pl.concat(nodes).sort("node"), pl.concat(blocks)
+    nodes = _moved([p.nodes for p in parts], offsets, "node").sort("node")
+    blocks = _moved([p.blocks for p in parts], offsets, "release")
     dense = {"old": nodes["node"], "new": pl.int_range(nodes.height, dtype=pl.Int64, eager=True)}
     renumber = pl.col("release").replace_strict(dense["old"], dense["new"], default=None)
     return nodes.with_columns(node=dense["new"]), blocks.with_columns(release=renumber), pl.concat(
         [p.steps for p in parts])
+
+
+def _moved(frames: list[pl.DataFrame], offsets: list[int], column: str) -> pl.DataFrame:
+    """``frames`` one under the other, each one's ``column`` moved by its offset: one query, not one a frame."""
+    shift = pl.concat([pl.Series([off], dtype=pl.Int64).new_from_index(0, f.height) for f, off in
+                       zip(frames, offsets, strict=True)])
+    return pl.concat(frames).hstack([shift.alias("_offset")]).with_columns(pl.col(column) + pl.col("_offset")).drop(
+        "_offset")
 
 
 def _released(nodes: pl.DataFrame, matched: pl.DataFrame | None, pairs: pl.DataFrame | None) -> pl.DataFrame:
@@ -148,8 +156,8 @@ class _Graph:
         strings = nodes.select(lane=lanes, at_lane="at_lane", cls="cls", from_kind="from_kind")
         self.names = pl.concat([strings[c] for c in strings.columns]).unique(maintain_order=True).to_list()
         code = {name: k for k, name in enumerate(self.names)}  # the None key codes the nulls
-        self.col = {c: nodes[c].fill_null(NULL).to_numpy() for c in _INTS}
-        self.col |= {c: strings[c].replace_strict(code, return_dtype=pl.Int64).to_numpy() for c in strings.columns}
+        self.col = {c: nodes[c].fill_null(NULL).to_list() for c in _INTS}
+        self.col |= {c: strings[c].replace_strict(code, return_dtype=pl.Int64).to_list() for c in strings.columns}
         self.blocks: dict[str, tuple[list[int], list[tuple]]] = {}
         for part in blocks.sort("end", "start").partition_by("lane", maintain_order=True):
             rows = list(part.select("end", "release", "release_end").iter_rows())

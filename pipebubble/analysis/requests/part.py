@@ -32,16 +32,20 @@ class RequestsPart:
                               for k in self.FRAMES))
 
 
+def has_request_events(spans: pl.DataFrame) -> bool:
+    """Whether ``spans`` hold an engine's request events (``requests_from_trace.EVENT``)."""
+    return bool(spans.height) and spans.filter(pl.col("kind") == "annotation",
+                                               pl.col("name").str.contains(EVENT)).height > 0
+
+
 def requests_part(requests: pl.DataFrame | None, spans: pl.DataFrame, step_regex: str | None = None
                   ) -> RequestsPart | None:
     """The file's part: its request spans, else its own request events; None when it has neither. A trace
     with requests also gives its engine steps."""
     kv = pl.DataFrame(schema=KV_SCHEMA)
-    if requests is None and spans.height:
-        events = spans.filter(pl.col("kind") == "annotation", pl.col("name").str.contains(EVENT))
-        if events.height:
-            found = requests_from_trace(spans)
-            requests, kv = found.requests, found.kv
+    if requests is None and has_request_events(spans):
+        found = requests_from_trace(spans)
+        requests, kv = found.requests, found.kv
     if requests is None or requests.is_empty():
         return None
     steps = find_steps(spans, step_regex)
