@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipebubble import spans
+
 #: Device types by the numbers torch writes (c10::DeviceType); others keep their number as a name.
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu",
@@ -44,12 +46,9 @@ def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def conform(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
-    """Cast ``frame`` (eager or lazy, kept so) to the schema: missing columns become null, extra ones are
-    dropped."""
-    names = frame.collect_schema().names() if isinstance(frame, pl.LazyFrame) else frame.columns
-    return frame.select([(pl.col(c) if c in names else pl.lit(None)).cast(t).alias(c) for c, t in SCHEMA.items()])
-
+def conform(frame):
+    """Cast ``frame`` (eager or lazy, kept so) to the allocator-event table's schema (``spans.conform``)."""
+    return spans.conform(frame, SCHEMA)
 
 def lane(owner: pl.Expr) -> pl.Expr:
     """The memory lane of each row: ``{owner}/gpu{device}`` for GPU memory, ``{owner}/cpu`` for host memory,

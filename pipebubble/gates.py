@@ -76,6 +76,29 @@ def parse_fraction(value: object, where: str, most: float | None = 1.0) -> float
     return fraction
 
 
+DEFAULT_TOLERANCE = 0.05  # diff's, when neither the caller nor pipebubble.toml gives one
+
+
+def thresholds(given: dict[str, object], config: Any, name: Any) -> dict[str, float]:
+    """The gates to run: the config file's [check] table with the thresholds given on top, each parsed by
+    ``parse_threshold``; ``name(key)`` is how the caller words a gate (``--max-bubble``, ``max_bubble``).
+    None at all, or a value a gate could only misread, is a ValueError of one line."""
+    found = {key: parse_threshold(key, value, f"{config.path}: check.{key.replace('_', '-')}")
+             for key, value in config.thresholds.items()}
+    found |= {key: parse_threshold(key, value, name(key)) for key, value in given.items() if value is not None}
+    if not found:
+        raise ValueError(f"no gates: give a threshold such as {name('max_bubble')} 30%, or a [check] table in "
+                         "pipebubble.toml")
+    return found
+
+
+def tolerance(given: object, config: Any, name: str) -> float:
+    """The given tolerance (``name``: how the caller words it), else the config file's, else 5 %."""
+    if given is not None:
+        return parse_tolerance(given, name)
+    return config.tolerance if config.tolerance is not None else DEFAULT_TOLERANCE  # checked when it was read
+
+
 def parse_tolerance(value: object, where: str = "--tolerance") -> float:
     """A relative tolerance: ``0.05`` or ``"5%"`` (``"150%"`` for more than 1; a bare ``5`` is refused)."""
     return parse_fraction(value, where, most=None)

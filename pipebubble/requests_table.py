@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipebubble import spans
+
 SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String,
     "request_id": pl.String,
@@ -37,7 +39,6 @@ def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def conform(frame: pl.DataFrame) -> pl.DataFrame:
-    """Cast ``frame`` to the schema: missing columns become null, extra ones are dropped."""
-    present = frame.columns
-    return frame.select([(pl.col(c) if c in present else pl.lit(None)).cast(t).alias(c) for c, t in SCHEMA.items()])
+def conform(frame):
+    """Cast ``frame`` (eager or lazy, kept so) to the request table's schema (``spans.conform``)."""
+    return spans.conform(frame, SCHEMA)

@@ -107,11 +107,12 @@ def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def conform(frame: Frame) -> Frame:
-    """Cast ``frame`` to the span schema: missing columns become null, extra ones are dropped. A lazy frame
-    stays lazy (a reader's last step of its plan, not a query of its own)."""
+def conform(frame: Frame, schema: dict[str, pl.DataType] = SCHEMA) -> Frame:
+    """Cast ``frame`` to ``schema`` (the span schema; the allocator-event and request tables pass theirs):
+    missing columns become null, extra ones are dropped. A lazy frame stays lazy (a reader's last step of its
+    plan, not a query of its own)."""
     names = frame.collect_schema().names()
-    cols = [(pl.col(c) if c in names else pl.lit(None)).cast(t).alias(c) for c, t in SCHEMA.items()]
+    cols = [(pl.col(c) if c in names else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()]
     return frame.select(cols)
 
 

@@ -19,7 +19,7 @@ SETTINGS = ["stage_by", "stage", "pp_size", "rank_order", "microbatch_regex", "w
             "memory_limit", "step_regex", "tbt_slo", "align", "no_align", "executor", "ray_address", "workers",
             "memory_budget", "cache"]
 GATES = ["max_bubble", "max_excess_bubble", "min_utilization", "max_stage_cv", "max_imbalance", "max_wait_ms",
-         "max_decode_slowdown", "strict", "config"]
+         "max_decode_slowdown", "max_finding", "max_ttft_p99", "max_tpot_p99", "max_queue_p99", "strict", "config"]
 
 
 def test_public_names():

@@ -13,6 +13,7 @@ import pytest
 from conftest import shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spilled import comparable  # noqa: E402
 
 from pipebubble import budget, spans
 from pipebubble.analysis import breakdown as bd
@@ -26,14 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMES = ("stats", "api", "ranges", "ops", "delays")
 
 
-
-def comparable(report: dict) -> dict:
-    """A report without what a spilled trace not read whole leaves out (mapreduce.UNBINNED): its per-GPU
-    timeline, its critical path, why a rank is late (its findings name a late rank from the collectives
-    alone) and the note that says so."""
-    body = {k: v for k, v in report.items() if k not in ("strips", "critical_path", "findings")}
-    body["notes"] = [n for n in report["notes"] if not n.startswith("per-GPU timeline, critical path")]
-    return body
 
 
 def windowed(table: pl.DataFrame, rows: int, alone: bool, step_regex: str | None = None) -> GpuPart:

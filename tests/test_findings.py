@@ -203,7 +203,9 @@ def test_real_traces_give_sorted_findings_over_the_threshold(paths):
     assert [f.worth_ns for f in found] == sorted((f.worth_ns for f in found), reverse=True)
     for f in found:
         assert f.kind in KINDS and f.how and f.action
-        assert f.worth_ns > 0.01 * f.evidence["step_ns"] and f.worth_gpu_ns >= f.worth_ns
+        assert f.worth_ns > 0.01 * f.evidence["step_ns"]
+        # a latency tail a fix shortens frees no GPU time (analysis/requests/findings.py)
+        assert f.worth_gpu_ns >= f.worth_ns or (f.kind in ("queueing", "tail_interference") and f.worth_gpu_ns == 0)
         assert f.cost_per_hour == pytest.approx(3.0 * f.worth_gpu_ns / f.evidence["step_ns"])
 
 

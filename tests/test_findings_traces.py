@@ -125,3 +125,26 @@ def test_critical_path_in_the_report_and_the_export():
     spans = pl.concat([read_file(p, use_cache=False).spans for p in ranks])
     trace = perfetto.build(spans, report)
     assert any(s.category == "pipebubble.critical" for s in trace.slices)
+
+
+def test_memory_finding_when_the_fastest_what_if_does_not_fit():
+    """By hand: current 100 ms; the fastest row (interleaved, 70 ms) does not fit, the best that fits (m=16)
+    replays 80 ms: worth 10 ms a step, out of reach until memory is freed."""
+    from dataclasses import replace
+
+    from pipebubble.analysis.findings import memory
+    from pipebubble.report import Recommendation
+    from pipebubble.report_memory import Memory, MemoryStage
+
+    report = analyse(ROOT / "sample_traces" / "memory" / "1f1b_m4")
+    recs = [Recommendation("current: 1f1b, m=4", "1f1b", 4, 1, 100_000_000, 0.5, 1.0, "", 6 << 20, True),
+            Recommendation("interleaved_1f1b v=2", "interleaved_1f1b", 4, 2, 70_000_000, 0.3, 1.4, "", 9 << 20, False),
+            Recommendation("m=16", "1f1b", 16, 1, 80_000_000, 0.4, 1.25, "", 4 << 20, True)]
+    stages = [MemoryStage(0, ["rank0/gpu0"], 6 << 20, 0, 0, 1 << 20, 4, capacity_bytes=8 << 20)]
+    report = replace(report, pipeline=replace(report.pipeline, recommendations=recs, step_time_ns=100_000_000),
+                     memory=Memory(events=1, stages=stages))
+    (found,) = memory.findings(report)
+    assert found.kind == "memory" and found.worth_ns == 10_000_000
+    assert found.evidence["best_fitting"] == "m=16"
+    fits = [replace(r, fits=True) for r in recs]
+    assert memory.findings(replace(report, pipeline=replace(report.pipeline, recommendations=fits))) == []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import shared
+from spilled import comparable  # noqa: E402
 
 from pipebubble.ingest import cache
 from pipebubble.options import Options, Scale
@@ -14,14 +15,6 @@ from pipebubble.run import run
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-def comparable(report: dict) -> dict:
-    """A report without what a spilled trace not read whole leaves out (mapreduce.UNBINNED): its per-GPU
-    timeline, its critical path, why a rank is late (its findings name a late rank from the collectives
-    alone) and the note that says so."""
-    body = {k: v for k, v in report.items() if k not in ("strips", "critical_path", "findings")}
-    body["notes"] = [n for n in report["notes"] if not n.startswith("per-GPU timeline, critical path")]
-    return body
 
 
 @pytest.mark.parametrize(

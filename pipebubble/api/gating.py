@@ -15,7 +15,6 @@ from pipebubble.api.reports import made
 from pipebubble.api.settings import PathLike, public, with_settings
 from pipebubble.errors import PipebubbleError
 
-DEFAULT_TOLERANCE = 0.05  # diff's, when neither the call nor pipebubble.toml gives one
 R = TypeVar("R", gates.CheckResult, gates.DiffResult)
 
 
@@ -68,7 +67,9 @@ class Diff(_Verdict, gates.DiffResult):
 def check(report: Any, *, max_bubble: float | str | None = None, max_excess_bubble: float | str | None = None,
           min_utilization: float | str | None = None, max_stage_cv: float | str | None = None,
           max_imbalance: float | str | None = None, max_wait_ms: float | str | None = None,
-          max_decode_slowdown: float | str | None = None, strict: bool = False, config: PathLike | None = None,
+          max_decode_slowdown: float | str | None = None, max_finding: float | str | None = None,
+          max_ttft_p99: float | str | None = None, max_tpot_p99: float | str | None = None,
+          max_queue_p99: float | str | None = None, strict: bool = False, config: PathLike | None = None,
           **settings: Any) -> Check:
     """Gate a run as ``pipebubble check`` does, without exiting: ``report`` is a Report (or paths, analysed
     with ``settings``); thresholds as its flags take them (``max_bubble=0.3`` or ``"30%"``,
@@ -83,7 +84,8 @@ def check(report: Any, *, max_bubble: float | str | None = None, max_excess_bubb
 
     given = {"max_bubble": max_bubble, "max_excess_bubble": max_excess_bubble, "min_utilization": min_utilization,
              "max_stage_cv": max_stage_cv, "max_imbalance": max_imbalance, "max_wait_ms": max_wait_ms,
-             "max_decode_slowdown": max_decode_slowdown}
+             "max_decode_slowdown": max_decode_slowdown, "max_finding": max_finding, "max_ttft_p99": max_ttft_p99,
+             "max_tpot_p99": max_tpot_p99, "max_queue_p99": max_queue_p99}
     thresholds = _thresholds(given, configuration.load(_path(config)))
     started, clock = _now(), time.monotonic()
     judged = made(report, config, settings)
@@ -123,26 +125,18 @@ def diff(base: Any, new: Any, *, tolerance: float | str | None = None, strict: b
 
 
 def _thresholds(given: dict[str, Any], config: Any) -> dict[str, float]:
-    """The gates to run: the config file's ``[check]`` table with the thresholds given on top, each parsed by
-    ``gates.parse_threshold``; none at all is a PipebubbleError."""
+    """The gates to run (``gates.thresholds``, worded as the keyword arguments)."""
     try:
-        found = dict(config.thresholds) | {key: gates.parse_threshold(key, value, key)
-                                           for key, value in given.items() if value is not None}
+        return gates.thresholds(given, config, lambda key: key)
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
-    if not found:
-        raise PipebubbleError("no gates: give a threshold such as max_bubble=0.3, or a [check] table in "
-                              "pipebubble.toml")
-    return found
 
 
 def _tolerance(given: float | str | None, config: Any) -> float:
     try:
-        if given is not None:
-            return gates.parse_tolerance(given, "tolerance")
+        return gates.tolerance(given, config, "tolerance")
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
-    return config.tolerance if config.tolerance is not None else DEFAULT_TOLERANCE
 
 
 def _as(cls: type[R], result: R, **changes: Any) -> R:

@@ -53,9 +53,9 @@ def check(
 
       pipebubble check traces/ --format github --strict   # thresholds from pipebubble.toml
     """
+    import pipebubble
     from pipebubble import config as configuration
-    from pipebubble.gates import check as run_gates
-    from pipebubble.render.gates import render_check, warnings
+    from pipebubble.render.gates import warnings
     from pipebubble.run import run
 
     given = {"max_bubble": max_bubble, "max_excess_bubble": max_excess_bubble, "min_utilization": min_utilization,
@@ -69,11 +69,11 @@ def check(
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     report = run(paths, options, scale)
     warn(read_warnings(report, paths))
-    result = replace(run_gates(report.to_dict(), thresholds, strict), source=_source(paths),
+    result = replace(pipebubble.check(report, **thresholds, strict=strict, config=config), source=_source(paths),
                      timestamp=started, seconds=time.monotonic() - clock)
     warn(warnings(result))
-    write_text(render_check(result, format.value, timeunit.value), output, quiet)
-    if result.failed:
+    write_text(result.render(format.value, timeunit.value), output, quiet)
+    if not result:
         raise typer.Exit(1)
 
 

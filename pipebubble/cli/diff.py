@@ -44,12 +44,12 @@ def diff(
 
       pipebubble diff baseline.json runs/pr123/ --tolerance 10% --format markdown -o diff.md
     """
+    import pipebubble
     from pipebubble import config as configuration
-    from pipebubble.gates import diff as compare
-    from pipebubble.render.gates import render_diff, warnings
+    from pipebubble.render.gates import warnings
     from pipebubble.run import run
 
-    allowed = flags.tolerance(tolerance, configuration.load(config))
+    flags.tolerance(tolerance, configuration.load(config))  # a bad tolerance fails here, before any analysis
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     from pipebubble.render import formats
 
@@ -59,11 +59,13 @@ def diff(
     for path, report in ((base, before), (new, after)):
         if not report.lanes:
             raise PipebubbleError(f"{path}: nothing to compare: the report has no lanes")
-    result = replace(compare(before.to_dict(), after.to_dict(), allowed, strict), base=str(base), new=str(new),
+    # the flag as given (checked above, in the flag's words), the API parsing it as every caller's
+    result = replace(pipebubble.diff(before, after, tolerance=tolerance, strict=strict, config=config),
+                     base=str(base), new=str(new),
                      timestamp=started, seconds=time.monotonic() - clock)
     warn(warnings(result))
-    write_text(render_diff(result, format.value, timeunit.value), output, quiet)
-    if result.failed:
+    write_text(result.render(format.value, timeunit.value), output, quiet)
+    if not result:
         raise typer.Exit(1)
 
 

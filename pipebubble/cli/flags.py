@@ -132,7 +132,6 @@ Strict = Annotated[bool, typer.Option(
 Tolerance = Annotated[str | None, typer.Option(
     help="Relative worsening allowed, of each metric's baseline value: 5% or 0.05 (a bare 5 is refused; write "
     "500%). Default: the diff table of pipebubble.toml, else 5%.", rich_help_panel=GATES)]
-DEFAULT_TOLERANCE = 0.05
 GateFormat = Enum("GateFormat", {name: name for name in GATE_FORMATS}, type=str)  # type: ignore[misc]
 GateFormatOpt = Annotated[GateFormat, typer.Option(
     "--format", "-f", help="text, json, junit (JUnit XML for CI test reports), github (workflow commands: "
@@ -140,37 +139,25 @@ GateFormatOpt = Annotated[GateFormat, typer.Option(
 
 
 def thresholds(given: dict[str, str | None], config: Any) -> dict[str, float]:
-    """The gates to run: the config file's [check] table with the flags that were given on top, each parsed
-    by ``gates.parse_threshold``; a value a gate could only misread is bad input (exit 2, one line)."""
+    """The gates to run (``gates.thresholds``, worded as the flags); bad input is exit 2, one line."""
     from pipebubble.errors import PipebubbleError
-    from pipebubble.gates import parse_threshold
+    from pipebubble.gates import thresholds as merged
 
     try:
-        found = {key: parse_threshold(key, value, f"{config.path}: check.{key.replace('_', '-')}")
-                 for key, value in config.thresholds.items()}
-        found |= {key: parse_threshold(key, value, "--" + key.replace("_", "-"))
-                  for key, value in given.items() if value is not None}
+        return merged(given, config, lambda key: "--" + key.replace("_", "-"))
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
-    if not found:
-        raise PipebubbleError("no gates: give a threshold such as --max-bubble 30%, or a [check] table in "
-                              "pipebubble.toml")
-    return found
 
 
 def tolerance(text: str | None, config: Any) -> float:
     """``--tolerance``, else the config file's, else 5%; refused (exit 2, one line) as ``thresholds`` are."""
     from pipebubble.errors import PipebubbleError
-    from pipebubble.gates import parse_tolerance
+    from pipebubble.gates import tolerance as allowed
 
     try:
-        if text is not None:
-            return parse_tolerance(text, "--tolerance")
-        if config.tolerance is not None:  # checked where the config file was read
-            return config.tolerance
+        return allowed(text, config, "--tolerance")
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
-    return DEFAULT_TOLERANCE
 
 
 #: The analysis and scale flags every analysing command takes: (annotation, default) by parameter name.

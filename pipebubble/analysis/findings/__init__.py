@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipebubble.analysis.findings import gpu, pipeline, ranks, serving
+from pipebubble.analysis.findings import gpu, memory, pipeline, ranks, serving
 from pipebubble.analysis.findings.common import gpus, job_step
 from pipebubble.analysis.requests import findings as requests
 from pipebubble.analysis.rootcause.findings import findings as late_findings
@@ -20,7 +20,8 @@ from pipebubble.analysis.rootcause.result import LateRank
 from pipebubble.report import Report
 from pipebubble.report_findings import KINDS, Finding
 
-GROUPS = (pipeline.findings, ranks.findings, gpu.findings, serving.findings, lambda r: requests.findings(r.requests))
+GROUPS = (pipeline.findings, ranks.findings, gpu.findings, serving.findings, memory.findings,
+          lambda r: requests.findings(r.requests))
 THRESHOLD = 0.01  # findings worth at most this share of their step are left out
 
 

@@ -1,0 +1,12 @@
+"""What a spilled trace's report is compared with its in-memory one on."""
+
+from __future__ import annotations
+
+
+def comparable(report: dict) -> dict:
+    """A report without what a spilled trace not read whole leaves out (``mapreduce.UNBINNED``): its per-GPU
+    timeline, its critical path, why a rank is late (its findings name a late rank from the collectives
+    alone) and the note that says so."""
+    body = {k: v for k, v in report.items() if k not in ("strips", "critical_path", "findings")}
+    body["notes"] = [n for n in report["notes"] if not n.startswith("per-GPU timeline, critical path")]
+    return body
