@@ -148,3 +148,16 @@ def test_memory_finding_when_the_fastest_what_if_does_not_fit():
     assert found.evidence["best_fitting"] == "m=16"
     fits = [replace(r, fits=True) for r in recs]
     assert memory.findings(replace(report, pipeline=replace(report.pipeline, recommendations=fits))) == []
+
+
+@pytest.mark.skipif(not (SHARED / "kineto").exists(), reason="the shared traces are absent")
+def test_a_rank_that_entered_its_steps_late_is_named_so(tmp_path):
+    """A real DP rank copied into 4, copy 2 entering each step 5 ms late: its finding says it entered late
+    (not slow inside the step) and is worth the peers' spin for it, 5 ms a step."""
+    from rootcause_shapes import copies_entered_late
+
+    paths = copies_entered_late(SHARED / "kineto" / "resnet_ddp_a100_nccl_rank0.json.gz", tmp_path / "job",
+                                world=4, late=2, delay_us=5_000)
+    found = next(f for f in analyse(*paths).findings if f.kind == "late_rank")
+    assert found.where.ranks == [2] and found.cause == "entered_late" and "enters its steps late" in found.title
+    assert found.worth_ns == pytest.approx(5_000_000, rel=0.05)
