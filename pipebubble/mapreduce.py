@@ -229,7 +229,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         return FilePart(account, lanes, None, None, [], None, gpu, _memory(result, scan, None))
     if not alone and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
         spans = comm_rows(scan)
-        comm = comm_of(spans, participant_windows(scan), options.serving.step_regex)
+        comm = comm_of(spans, participant_windows(scan))
         part = stages_part(spans, options, result.meta)
         return FilePart(account, lanes, part, None, [], comm, gpu, _memory(result, scan, part))
     spans = scan.collect()
@@ -312,6 +312,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
     pipeline = section.pipeline
     if pipeline is not None:
         pipeline = with_memory(pipeline, memory, options.pipeline.memory_limit)
+    unbinned = _unbinned(parts)
     report = Report(
         ingest=replace(summary, memory_events=memory.events if memory else 0),
         lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
@@ -321,7 +322,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         interference=serving.serving,
         timeline=section.timeline + serving.segments,
         collectives=job.collectives,
-        notes=clock_notes + job.notes + _unbinned(parts),
+        notes=clock_notes + job.notes + unbinned,
         breakdown=[row for p in parts if p.gpu is not None for row in p.gpu.rows],
         kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
         host=bd.host([p.gpu for p in parts if p.gpu is not None]),
@@ -330,7 +331,7 @@ def reduce(parts: list[FilePart], options: Options) -> Report:
         critical_path=_with_median_segments(job.critical),
         requests=_requests([p.requests for p in parts if p.requests is not None]),
     )
-    late = None if _unbinned(parts) else job.late  # a spilled rank's arrivals hold its communication rows only
+    late = None if unbinned else job.late  # a spilled rank not read whole has no arrivals' windows
     return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=late))
 
 

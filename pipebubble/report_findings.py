@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Findings worth at most this share of their step are left out (and the report says when none is left).
+THRESHOLD = 0.01
+
 #: Kinds of finding, as ``kind`` names them.
 KINDS = (
     "too_few_microbatches",  # the bubble a larger m would take back

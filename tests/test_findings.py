@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipebubble.analysis.findings import findings, summary_line
+from pipebubble.analysis.findings import findings
 from pipebubble.report import (
     Breakdown,
     CallStat,
@@ -176,11 +176,17 @@ def test_interference_mixed_and_stalled():
 
 
 def test_summary_line_and_empty_report():
+    from pipebubble.render.findings import items, summary
+
     assert findings(Report()) == []
-    assert summary_line([]) == "nothing worth more than 1 % of a step"
-    assert summary_line([], 0.05) == "nothing worth more than 5 % of a step"
-    found = findings(Report(stages=STAGES, pipeline=pipeline(RECS)))
-    assert summary_line(found) == f"4 findings; biggest: {found[0].title}, 13.0 % of the step"
+    assert summary(Report()) == "Findings: nothing worth more than 1 % of a step"
+    report = Report(stages=STAGES, pipeline=pipeline(RECS))
+    found = findings(report)
+    report = Report(stages=STAGES, pipeline=pipeline(RECS), findings=found)
+    assert summary(report) == ("Findings (4, what a fix would give back per step, biggest first; the gains do not "
+                               "add up: fixing one changes the others)")
+    assert items(report)[0][0].startswith("1. ") and "13.0% of the step" in items(report)[0][0]
+    assert items(report)[0][0].endswith(found[0].title)
 
 
 def traces() -> list[list[Path]]:

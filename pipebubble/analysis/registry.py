@@ -108,10 +108,13 @@ def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommP
 
 def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None, step_regex: str | None = None) -> CommPart:
     """``comm_part`` of ``spans``; ``windows``: the participants' traced windows
-    (``collectives.participant_windows``), when ``spans`` holds only a bigger table's ``comm_rows``."""
+    (``collectives.participant_windows``), when ``spans`` holds only a bigger table's ``comm_rows``: the
+    arrivals' windows are then left empty (what a rank did before an arrival is not among those rows)."""
     ranges = comm_ranges(spans)  # read once for both: a regex over every CPU range of the file
     calls, facts = collective_part(spans, ranges, windows)
     p2p = p2p_part(spans, ranges)
+    if windows is not None:
+        return CommPart(calls, facts, p2p)
     return CommPart(calls, facts, p2p, arrival_windows(spans, calls, p2p, step_regex))
 
 

@@ -21,6 +21,10 @@ from pipebubble.spans import TIME_LIMIT_NS
 _EXACT_FLOAT_US = 2.0**43
 _LIMIT_US = TIME_LIMIT_NS / 1000
 _INT64 = 2**63
+#: An allocator event's columns (null on every other event) and the argument of its ``[memory]`` event each
+#: holds, as both decode paths name it.
+MEMORY_FIELDS = {"mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved", "mem_type": "type",
+                 "mem_device": "device"}
 #: The polars engine of a block's plans: the streaming engine's start-up costs more than the work of a block
 #: (and of a small file's pairs and names); eager operations run in memory too.
 ENGINE = "in-memory"
@@ -74,7 +78,7 @@ def _converted(present: frozenset[str], constants: tuple[tuple[str, Any], ...]) 
             pl.when(id_bad).then(pl.lit("id_out_of_range")),
             pl.when(out_of_range).then(pl.lit("out_of_range")),
         ).alias("skip"),
-        *(column(name) for name in _MEMORY_COLUMNS),
+        *(column(name) for name in MEMORY_FIELDS),
         (ts_ok.fill_null(False) & (ts_us.abs() >= _EXACT_FLOAT_US)).alias("big"),
     ]
 
@@ -91,13 +95,8 @@ _COLUMN_TYPES: dict[str, Any] = {
     "correlation": pl.Int64,
     "arg_name": pl.String,
     "skip": pl.String,
-    "mem_bytes": pl.Int64,
-    "mem_allocated": pl.Int64,
-    "mem_reserved": pl.Int64,
-    "mem_type": pl.Int64,
-    "mem_device": pl.Int64,
+    **dict.fromkeys(MEMORY_FIELDS, pl.Int64),
 }
-_MEMORY_COLUMNS = ("mem_bytes", "mem_allocated", "mem_reserved", "mem_type", "mem_device")
 
 
 def _in_range(us: pl.Expr) -> pl.Expr:

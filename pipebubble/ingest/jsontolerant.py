@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from pipebubble.ingest.jsoncolumns import MEMORY_FIELDS
 from pipebubble.ingest.jsonevents import INSTANTS, KEPT_PHASES, MEMORY_EVENT, MEMORY_PHASE, build_frame, exact_ts
 
 NOT_AN_OBJECT = "<not an object>"
@@ -50,8 +51,6 @@ class _LooseMemoryArgs(msgspec.Struct, gc=False):
 
 
 _MEMORY_ARGS = msgspec.json.Decoder(_LooseMemoryArgs)
-_MEMORY_FIELDS = {"mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved",
-                  "mem_type": "type", "mem_device": "device"}
 _ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(_Loose)
 _ARGS = msgspec.json.Decoder(_LooseArgs)
@@ -116,9 +115,9 @@ def _memory_columns(memory: list[tuple[int, _LooseMemoryArgs]], rows: int) -> di
     """The allocator events' numbers (ints that fit int64, else null) at their rows; null elsewhere."""
     if not memory:
         return {}
-    columns: dict[str, list] = {name: [None] * rows for name in _MEMORY_FIELDS}
+    columns: dict[str, list] = {name: [None] * rows for name in MEMORY_FIELDS}
     for row, args in memory:
-        for name, field in _MEMORY_FIELDS.items():
+        for name, field in MEMORY_FIELDS.items():
             columns[name][row] = _int(getattr(args, field))
     return columns
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pipebubble.render.cells import num, pct, time
 from pipebubble.report import Report
-from pipebubble.report_findings import Finding
-
-THRESHOLD = 0.01  # what ``analysis.findings`` leaves out: findings worth at most this share of their step
+from pipebubble.report_findings import THRESHOLD, Finding
 
 
 def summary(report: Report) -> str:

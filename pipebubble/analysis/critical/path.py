@@ -26,6 +26,7 @@ import polars as pl
 
 from pipebubble.analysis.collectives import pid_of, rank_of
 from pipebubble.analysis.critical.part import MERGE_GAP_NS, CriticalPart
+from pipebubble.analysis.pipeline_report import stacked
 from pipebubble.report_critical import CriticalPath, PathSegment, PathShare
 
 KINDS = ("compute", "memory", "comm", "host", "waiting")
@@ -67,11 +68,10 @@ def _joined(parts: list[CriticalPart]) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
 
 
 def _moved(frames: list[pl.DataFrame], offsets: list[int], column: str) -> pl.DataFrame:
-    """``frames`` one under the other, each one's ``column`` moved by its offset: one query, not one a frame."""
-    shift = pl.concat([pl.Series([off], dtype=pl.Int64).new_from_index(0, f.height) for f, off in
-                       zip(frames, offsets, strict=True)])
-    return pl.concat(frames).hstack([shift.alias("_offset")]).with_columns(pl.col(column) + pl.col("_offset")).drop(
-        "_offset")
+    """``frames`` one under the other (``stacked``), each one's ``column`` moved by its offset: one query,
+    not one a frame."""
+    shift = pl.col("part").replace_strict(list(range(len(offsets))), offsets, return_dtype=pl.Int64)
+    return stacked(frames).with_columns(pl.col(column) + shift).drop("part")
 
 
 def _released(nodes: pl.DataFrame, matched: pl.DataFrame | None, pairs: pl.DataFrame | None) -> pl.DataFrame:

@@ -18,11 +18,10 @@ from pipebubble.analysis.requests import findings as requests
 from pipebubble.analysis.rootcause.findings import findings as late_findings
 from pipebubble.analysis.rootcause.result import LateRank
 from pipebubble.report import Report
-from pipebubble.report_findings import KINDS, Finding
+from pipebubble.report_findings import KINDS, THRESHOLD, Finding
 
 GROUPS = (pipeline.findings, ranks.findings, gpu.findings, serving.findings, memory.findings,
           lambda r: requests.findings(r.requests))
-THRESHOLD = 0.01  # findings worth at most this share of their step are left out
 
 
 def findings(report: Report, gpu_cost: float | None = None, threshold: float = THRESHOLD,
@@ -46,14 +45,3 @@ def priced(found: Finding, gpu_cost: float | None) -> Finding:
     if gpu_cost is None:
         return found
     return replace(found, cost_per_hour=gpu_cost * found.worth_gpu_ns / found.evidence["step_ns"])
-
-
-def summary_line(found: list[Finding], threshold: float = THRESHOLD) -> str:
-    """One line for the top of a report: the count and the biggest finding, or that nothing is worth more than
-    ``threshold`` of a step."""
-    if not found:
-        return f"nothing worth more than {threshold * 100:g} % of a step"
-    top = found[0]
-    share = f", {top.worth_share * 100:.1f} % of the step" if top.worth_share is not None else ""
-    count = f"{len(found)} finding{'s' if len(found) > 1 else ''}"
-    return f"{count}; biggest: {top.title}{share}"

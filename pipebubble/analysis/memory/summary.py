@@ -7,6 +7,7 @@ import polars as pl
 
 from pipebubble.analysis.memory.part import MemoryPart
 from pipebubble.analysis.memory.predict import inflight_max
+from pipebubble.analysis.pipeline_report import stacked
 from pipebubble.analysis.schedules import SCHEDULES
 from pipebubble.report import Pipeline
 from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep
@@ -55,12 +56,14 @@ def _stages(present: list, stage_names: list[str], pipeline: Pipeline | None,
             capacity: dict[str, int]) -> list[MemoryStage]:
     """One row per stage of the job with memory: the step and device of its largest peak."""
     index = {name: k for k, name in enumerate(stage_names)}
-    frames = [m.stages.with_columns(stage=pl.col("stage").replace_strict(
-        {i: index.get(n) for i, n in enumerate(names)}, default=None, return_dtype=pl.Int32))
-        for m, names, _ in present if names and m.stages.height]
-    if not frames:
+    staged = [(m.stages, names) for m, names, _ in present if names and m.stages.height]
+    if not staged:
         return []
-    rows = (pl.concat(frames, how="vertical").drop_nulls("stage")
+    # each file's stage numbers to the job's: one join over every file's rows, not a query a file
+    numbers = pl.DataFrame([(k, i, index.get(n)) for k, (_, names) in enumerate(staged) for i, n in enumerate(names)],
+                           schema={"part": pl.Int64, "stage": pl.Int32, "job_stage": pl.Int32}, orient="row")
+    rows = (stacked([frame for frame, _ in staged]).join(numbers, on=["part", "stage"], how="left")
+            .with_columns(stage="job_stage").drop_nulls("stage")
             .sort("stage", "peak_bytes", "peak_at_ns", descending=[False, True, False])
             .unique("stage", keep="first", maintain_order=True))
     expected = _expected(pipeline)
