@@ -3,19 +3,20 @@
 ``each(jobs, fn, scale)`` calls ``fn(path, position, **kwargs)`` for every (path, position) job and returns
 the results in job order, whatever ran them. Given ``batch`` (``batch(jobs, **kwargs)``: the results of
 several jobs at once), the local executor hands small files over a few at a time, so work whose cost is
-mostly fixed per call is paid once per batch. Given ``wire`` (``pack``, ``unpack``), a result made in
-another process (a pool worker, a Ray task) crosses as ``pack(result)`` and is unpacked here; one made in
-this process is taken as it is. Nothing here knows what the work is: ingest uses it to read files, the
-map/reduce to map them. ``pool`` also decodes the blocks of one big file in parallel.
+mostly fixed per call is paid once per batch. Given ``wire`` (``pack``, ``unpack``), the results of a unit
+of work made in another process (a pool worker, a Ray task) cross as ``pack(results)`` and are unpacked
+here; those made in this process are taken as they are. Nothing here knows what the work is: ingest uses
+it to read files, the map/reduce to map them. ``pool`` also decodes the blocks of one big file in parallel.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from multiprocessing import get_context
@@ -28,14 +29,17 @@ from pipebubble.options import EXECUTORS, Scale
 Job = tuple[str, int]
 OnDone = Callable[[str], None] | None
 Batch = Callable[[list[Job]], list] | None
-#: How a result crosses between processes: ``pack`` there, ``unpack`` here (None: as Python pickles it).
+#: How a unit's results (a list) cross between processes: ``pack`` there, ``unpack`` here (None: as
+#: Python pickles them).
 Wire = tuple[Callable, Callable] | None
 
 #: Files smaller than this are handed over in batches (when the work can take several at once) ...
 BATCH_FILE_BYTES = 4 << 20
 #: ... of at most this many files and bytes (a gzipped trace holds ten times its size), and few enough
-#: files each that every core still gets four batches.
-MAX_BATCH, MAX_BATCH_BYTES = 16, 16 << 20
+#: files each that every core still gets ``BATCHES_PER_CORE`` batches. A batch's analysis has a fixed cost
+#: (its queries: about 0.1 CPU-s, the work of some 20 small rank files), so fewer, bigger batches cost less;
+#: two per core still even out what the cores get.
+MAX_BATCH, MAX_BATCH_BYTES, BATCHES_PER_CORE = 64, 16 << 20, 2
 
 
 def each(
@@ -54,7 +58,7 @@ def each(
     ``wire``'s ``pack`` and ``unpack`` carry those made in other processes."""
     if scale.executor == "ray":
         out = on_ray(jobs, fn, scale, on_done, pack=wire and wire[0], **kwargs)
-        out = [wire[1](value) for value in out] if wire else out
+        out = [value for blob in out for value in wire[1](blob)] if wire else out
         return [then(value) for value in out] if then else out
     if scale.executor == "local":
         return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs), then,
@@ -121,7 +125,7 @@ def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
     order = sorted(range(len(jobs)), key=lambda k: sizes[k], reverse=True)
     small = [k for k in order if batched and sizes[k] < BATCH_FILE_BYTES]
     alone = [[k] for k in order[: len(order) - len(small)]]  # the small ones are the last in size order
-    per = max(1, min(MAX_BATCH, len(small) // (4 * cores)))
+    per = max(1, min(MAX_BATCH, len(small) // (BATCHES_PER_CORE * cores)))
     batches: list[list[int]] = []
     held = 0
     for k in small:
@@ -135,12 +139,12 @@ def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
 
 def _run(fn: Callable, batch: Batch, unit: list[Job], pack: Callable | None = None) -> list:
     """One unit's results: a batch's from ``batch``, a lone file's from ``fn`` (on one core); each passed
-    through ``pack`` where given (a unit run in a worker, its results to cross to this process)."""
+    packed together where ``pack`` is given (a unit run in a worker, its results to cross to this process)."""
     if len(unit) > 1 and batch is not None:
         out = batch(unit)
     else:
         out = [fn(path, i, workers=1) for path, i in unit]
-    return [pack(value) for value in out] if pack else out
+    return pack(out) if pack else out
 
 
 def _shared(
@@ -149,37 +153,61 @@ def _shared(
 ) -> None:
     """Units split between this process and ``workers`` pool processes: the pool takes them from the
     biggest, this process from the smallest, so the workers' start-up never delays the first results and a
-    small folder costs no more than one process would. The pool's results cross on ``wire``."""
+    small folder costs no more than one process would. A worker is handed its next unit the moment it
+    finishes one (from the pool's own thread), never several ahead: a unit queued for a worker still
+    starting is one this process could have run. The pool's results cross on ``wire``."""
     pack, unpack = wire or (None, None)
-
-    def arrived(future: Future) -> None:
-        values = future.result()
-        results.add(units[inflight.pop(future)], [unpack(v) for v in values] if unpack else values)
-
     pending = deque(range(len(units)))  # biggest first for the pool, smallest (from the right) for this process
+    lock = threading.RLock()  # a unit that is done as it is handed over calls back at once
     inflight: dict[Future, int] = {}
+    arrived: deque[Future] = deque()
+    ready = threading.Semaphore(0)
 
     def take(u: int) -> list[Job]:
         return [jobs[k] for k in units[u]]
 
+    def hand(workers_pool: ProcessPoolExecutor) -> None:
+        """The next unit to a worker, if any is left (under ``lock``)."""
+        if pending:
+            u = pending.popleft()
+            future = workers_pool.submit(_run, fn, batch, take(u), pack)
+            inflight[future] = u
+            future.add_done_callback(lambda f: done(f, workers_pool))
+
+    def done(future: Future, workers_pool: ProcessPoolExecutor) -> None:
+        with lock:
+            arrived.append(future)
+            if not future.cancelled() and future.exception() is None:
+                hand(workers_pool)
+        ready.release()
+
+    def collect(future: Future) -> None:
+        values = future.result()
+        with lock:
+            u = inflight.pop(future)
+        results.add(units[u], unpack(values) if unpack else values)
+
     with pool(workers) as workers_pool:
         try:
-            while pending or inflight:
-                while pending and len(inflight) < 2 * workers:  # two each, so none waits for its next unit
-                    u = pending.popleft()
-                    inflight[workers_pool.submit(_run, fn, batch, take(u), pack)] = u
-                for future in [f for f in inflight if f.done()]:
-                    arrived(future)
-                if pending:
-                    u = pending.pop()
+            with lock:
+                for _ in range(workers):
+                    hand(workers_pool)
+            while True:
+                while arrived:
+                    collect(arrived.popleft())
+                with lock:
+                    u = pending.pop() if pending else None
+                    if u is None and not inflight:
+                        break
+                if u is not None:
                     results.add(units[u], _run(fn, batch, take(u)))
-                elif inflight:
-                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        arrived(future)
+                else:
+                    ready.acquire()
         except BaseException:
-            for future in inflight:
-                future.cancel()
+            with lock:
+                pending.clear()
+                for future in inflight:
+                    future.cancel()
             raise
 
 
@@ -209,8 +237,8 @@ def _stop_resource_tracker() -> None:
 
 def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, pack: Callable | None = None,
            **kwargs: Any) -> list:
-    """One Ray task per file (a cluster's workers read the traces where they lie), each result passed
-    through ``pack`` there where given."""
+    """One Ray task per file (a cluster's workers read the traces where they lie), each result packed
+    there (a unit of one) where ``pack`` is given."""
     try:
         import ray
     except ImportError:
@@ -237,9 +265,9 @@ def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, 
 
 
 def _packed(fn: Callable, pack: Callable | None, path: str, position: int, **kwargs: Any) -> Any:
-    """A Ray task: ``fn``'s result for one job, through ``pack`` where given."""
+    """A Ray task: ``fn``'s result for one job (packed as a unit of one, where ``pack`` is given)."""
     value = fn(path, position, **kwargs)
-    return pack(value) if pack else value
+    return pack([value]) if pack else value
 
 
 def _size(path: Path) -> int:

@@ -3,20 +3,19 @@ a Ray cluster.
 
 Map (one trace file, where it lies): read it (through the span cache), then reduce it to what the report
 needs from it: its lanes' busy/idle, its stages' labelled work and merged host activity, its serving steps.
-A part mapped in another process (a pool worker, a Ray task) travels as Arrow IPC bytes in a msgpack
-envelope, never as Python objects; one mapped in this process is reduced as it is. Reduce: number the
-stages across files, then the pipeline metrics, waits and timeline over the parts (pure, in this process).
+Parts mapped in another process (a pool worker, a Ray task) travel as Arrow IPC tables in a msgpack
+envelope (``wire``), never as Python objects; one mapped in this process is reduced as it is. Reduce:
+number the stages across files, then the pipeline metrics, waits and timeline over the parts (pure, in
+this process).
 """
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import msgspec
 import polars as pl
 
 from pipebubble.analysis import breakdown as bd
@@ -44,7 +43,6 @@ from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
 from pipebubble.report import (
-    Breakdown,
     CriticalPath,
     IngestSummary,
     Interference,
@@ -71,6 +69,10 @@ class FilePart:
     strips: pl.DataFrame | None = None  # per GPU and step, binned (``breakdown.strips``)
     critical: CriticalPart | None = None
     requests: RequestsPart | None = None
+
+
+#: The breakdown part's frames (``GpuPart``'s fields that are tables).
+GPU_FRAMES = ("stats", "api", "ranges", "ops", "delays")
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -189,7 +191,7 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
     rows = [row for row in gpu.rows if row.rank == rank]
     if first:
         return replace(gpu, rows=rows)
-    frames = {k: getattr(gpu, k).clear() for k in _GPU_FRAMES}
+    frames = {k: getattr(gpu, k).clear() for k in GPU_FRAMES}
     return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0, **frames)
 
 
@@ -395,119 +397,14 @@ def _unaligned(parts: list[FilePart]) -> list[str]:
 
 def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable[[str], None] | None = None) -> Report:
     """Map every trace file on ``scale``'s executor, then reduce here (``pipebubble.run`` is the way in). The
-    parts other processes map cross as bytes (``encode``, ``decode``); those mapped here are taken as they are."""
-    from pipebubble import executor
+    parts other processes map cross as bytes (``wire``); those mapped here are taken as they are."""
+    from pipebubble import executor, wire
     from pipebubble.ingest import cache
 
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     jobs = [(str(f), i) for i, f in enumerate(files)]
     parts = executor.each(
-        jobs, map_file, scale, on_file, batch=map_files, wire=(encode, decode), options=options,
+        jobs, map_file, scale, on_file, batch=map_files, wire=(wire.encode, wire.decode), options=options,
         use_cache=scale.use_cache
     )
     return reduce(parts, options)
-
-
-# --- the part as bytes, to cross between processes: Arrow IPC tables in a msgpack envelope ---
-
-
-def _ipc(frame: pl.DataFrame) -> bytes:
-    buffer = io.BytesIO()
-    frame.write_ipc(buffer)
-    return buffer.getvalue()
-
-
-def _frame(data: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(data))
-
-
-def encode(part: FilePart) -> bytes:
-    f = part.file
-    stages = None
-    if part.stages is not None:
-        s = part.stages
-        stages = {
-            "names": s.names,
-            "order": [list(o) for o in s.order],
-            "work": _ipc(s.work),
-            "host": _ipc(s.host),
-            "facts": s.facts,
-            "pipeline": s.pipeline,
-        }
-    envelope = {
-        "file": {
-            "source": f.source,
-            "events_read": f.events_read,
-            "skipped": dict(f.skipped),
-            "warnings": f.warnings,
-            "meta": {**f.meta, "spans": f.meta.get("spans", 0)},
-            "format": f.format,
-        },
-        "lanes": _ipc(part.lanes),
-        "stages": stages,
-        "serving": None if part.serving is None else part.serving.to_dict(),
-        "segments": [asdict(s) for s in part.segments],
-        "comm": None if part.comm is None else {
-            "calls": _ipc(part.comm.calls), "facts": part.comm.facts, "p2p": _ipc(part.comm.p2p),
-            "windows": _ipc(part.comm.windows),
-        },
-        "gpu": None if part.gpu is None else {
-            "rows": [asdict(r) for r in part.gpu.rows],
-            "delay": part.gpu.delay,
-            "short": part.gpu.short,
-            **{k: _ipc(getattr(part.gpu, k)) for k in _GPU_FRAMES},
-        },
-        "memory": None if part.memory is None else {k: _ipc(getattr(part.memory, k)) for k in MemoryPart.FRAMES},
-        "strips": None if part.strips is None else _ipc(part.strips),
-        "requests": None if part.requests is None else {k: _ipc(getattr(part.requests, k))
-                                                        for k in RequestsPart.FRAMES},
-        "critical": None if part.critical is None else {k: _ipc(getattr(part.critical, k))
-                                                        for k in CriticalPart.FRAMES},
-    }
-    return msgspec.msgpack.encode(envelope, enc_hook=str)
-
-
-_GPU_FRAMES = ("stats", "api", "ranges", "ops", "delays")
-
-
-def decode(blob: bytes) -> FilePart:
-    env = msgspec.msgpack.decode(blob)
-    f = env["file"]
-    account = FileResult(
-        f["source"], pl.DataFrame(), f["events_read"], Counter(f["skipped"]), f["warnings"], f["meta"], f["format"]
-    )
-    s = env["stages"]
-    stages = (
-        None
-        if s is None
-        else StagePart(
-            s["names"],
-            [_tuple(o) for o in s["order"]],
-            _frame(s["work"]),
-            _frame(s["host"]),
-            s["facts"],
-            s.get("pipeline"),
-        )
-    )
-    segments = [Segment(**seg) for seg in env["segments"]]
-    serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
-    c = env.get("comm")
-    comm = None if c is None else CommPart(_frame(c["calls"]), c["facts"], _frame(c["p2p"]), _frame(c["windows"]))
-    g = env.get("gpu")
-    gpu = None if g is None else GpuPart(
-        [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],
-        **{k: _frame(g[k]) for k in _GPU_FRAMES},
-    )
-    m = env.get("memory")
-    memory = None if m is None else MemoryPart(**{k: _frame(m[k]) for k in MemoryPart.FRAMES})
-    strips = None if env.get("strips") is None else _frame(env["strips"])
-    k = env.get("critical")
-    critical = None if k is None else CriticalPart(**{name: _frame(k[name]) for name in CriticalPart.FRAMES})
-    q = env.get("requests")
-    requests = None if q is None else RequestsPart(**{name: _frame(q[name]) for name in RequestsPart.FRAMES})
-    return FilePart(account, _frame(env["lanes"]), stages, serving, segments, comm, gpu, memory, strips, critical,
-                    requests)
-
-
-def _tuple(value):
-    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value

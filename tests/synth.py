@@ -38,20 +38,23 @@ def write_pipeline(
     world: int | None = None,
     groups: list | None = None,
     p2p: bool = True,
+    kernels: int = 1,
 ) -> Path:
     """One ``rank{s}.json`` per stage. ``spin_before_forward`` ns of ``ncclDevKernel_SendRecv`` end where
     each forward of stages > 0 starts (a receive spinning while it waits for its activation). ``rank_of``
     maps a stage to its rank and ``groups`` is written as ``distributedInfo.pg_config``. With ``p2p`` (the
     default), each activation and gradient handed to a neighbour is an ``nccl:send`` range on the sender's
     thread at the pass's end and an ``nccl:recv`` range on the receiver's (as torch's NCCL backend records
-    them): the send/recv evidence that makes unlabelled ranks a pipeline."""
+    them): the send/recv evidence that makes unlabelled ranks a pipeline. ``kernels`` > 1 runs each pass as
+    that many back-to-back kernels, each launched by its own call (and, with ``context``, operator), as a
+    real stage's layers do."""
     folder.mkdir(parents=True, exist_ok=True)
     p = sim.schedule.stages
     per_stage: dict[int, list[dict]] = {s: [] for s in range(p)}
     for i, act in enumerate(a for stage in sim.actions for a in stage):
         s, a = act.stage, act.action
         start, end = act.start_ns + offset_ns, act.end_ns + offset_ns
-        corr = 10 * i + 1
+        corr = 10 * i * kernels + 1
         vstage = a.chunk * p + s
         label = f"PP:{vstage}{a.phase}{a.microbatch}"
         events = per_stage[s]
@@ -66,7 +69,14 @@ def write_pipeline(
             events.append(
                 _x("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 0, 20, start - spin, spin, corr=corr + 2)
             )
-        events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, start, end - start, corr=corr))
+        cuts = [start + (end - start) * k // kernels for k in range(kernels + 1)]
+        events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, start, cuts[1] - start, corr=corr))
+        for k in range(1, kernels):  # the pass's other kernels, each after the one before
+            at, more = cuts[k], corr + 10 * k
+            events.append(_x("cuda_runtime", "cudaLaunchKernel", 100, 100, at - LAUNCH_NS, 500, corr=more))
+            if context:
+                events.append(_x("cpu_op", op, 100, 100, at - LAUNCH_NS - 100, 800))
+            events.append(_x("kernel", f"gemm_{a.phase}", 0, 7, at, cuts[k + 1] - at, corr=more))
         peer = s + 1 if a.phase == "F" else s - 1 if a.phase == "B" else None
         if p2p and peer is not None and 0 <= peer < p:
             events.append(_x("user_annotation", "nccl:send", 100, 100, end, 100))

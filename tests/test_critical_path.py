@@ -232,3 +232,23 @@ def test_a_batch_split_by_rank_gives_the_same_paths() -> None:
     comms = [comm_of(t) for t in tables]
     matched, _ = match(pl.concat([c.calls for c in comms]))
     assert critical_paths(split, matched) == paths(tables)
+
+
+def test_a_batch_bounds_each_files_runs_as_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run bound is a file's own: two files of 8 runs each, under a bound of 10 a step, keep all 16 in a
+    batch (the bound over the batch's one step would merge them), and one over it is merged as alone."""
+    monkeypatch.setattr(critical, "RUNS_PER_STEP", 10)
+
+    def launch_bound(rank: int, kernels: int) -> pl.DataFrame:
+        r = Rank(rank)
+        for k in range(kernels):
+            r.gpu("kernel", "tiny", 10 + 40 * k, 20 + 40 * k + k % 3, launch=5 + 40 * k)
+        return r.table()
+
+    tables = [launch_bound(0, 8), launch_bound(1, 8), launch_bound(2, 30)]
+    batch = critical_part(pl.concat(tables))
+    alone = [critical_part(t) for t in tables]
+    assert [p.nodes.height for p in alone] == [8, 8, 10]
+    for rank, part in enumerate(alone):
+        mine = batch.nodes.filter(pl.col("who") == rank)
+        assert mine.drop("node").equals(part.nodes.drop("node"))

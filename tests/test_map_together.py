@@ -15,7 +15,7 @@ import shapes
 import synth
 from conftest import SHARED_TRACES
 
-from pipebubble import executor, mapreduce
+from pipebubble import executor, mapreduce, wire
 from pipebubble.ingest import find_traces, read_file
 from pipebubble.options import Options, Scale
 
@@ -28,7 +28,7 @@ def reports(paths: list[Path], options: Options = Options()) -> tuple[dict, dict
     alone = mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options)
     together = mapreduce.map_together(results, options)
     # Through the bytes a worker sends, as in a run.
-    together = [mapreduce.decode(mapreduce.encode(p)) for p in together]
+    together = wire.decode(wire.encode(together))
     return alone.to_dict(), mapreduce.reduce(together, options).to_dict()
 
 
@@ -159,7 +159,7 @@ def test_small_files_are_batched_big_ones_go_alone(tmp_path):
     assert units[:2] == [[0], [33]]  # biggest first, alone
     batches = units[2:]
     assert sorted(k for u in batches for k in u) == list(range(1, 33))
-    assert {len(u) for u in batches} == {4}  # 32 small files, four batches for each of 2 cores
+    assert {len(u) for u in batches} == {8}  # 32 small files, two batches for each of 2 cores
     assert executor._units(jobs, cores=2, batched=False) == [[k] for k in sorted(range(34), key=lambda k: -(
         os.path.getsize(jobs[k][0])))]
 
@@ -178,7 +178,7 @@ def test_batches_come_back_in_job_order(tmp_path):
     done: list[str] = []
     out = executor.each(jobs, ran, Scale(workers=2), done.append, batch=ran_together)
     assert [position for position, *_ in out] == list(range(40))
-    assert {how for *_, how in out} == {"batch of 5"}  # 40 files, 2 cores: four batches each
+    assert {how for *_, how in out} == {"batch of 10"}  # 40 files, 2 cores: two batches each
     assert sorted(done) == sorted(path for path, _ in jobs)
     one_core = executor.each(jobs, ran, Scale(workers=1), batch=ran_together)
     assert [position for position, *_ in one_core] == list(range(40))
@@ -199,13 +199,13 @@ def test_then_runs_here_on_every_result_as_it_arrives(tmp_path):
 
 
 def test_a_folder_of_many_ranks_runs_in_batches_to_the_same_report(tmp_path):
-    """End to end: 24 data-parallel ranks on 2 cores go in batches of 3 (this process and a worker), and
+    """End to end: 24 data-parallel ranks on 2 cores go in batches of 6 (this process and a worker), and
     give the report that mapping each file alone gives."""
     from pipebubble.run import of_results, run
 
     folder = shapes.data_parallel(tmp_path, [10.0 + (i % 5) for i in range(24)], steps=2)
     files = find_traces([folder])
-    assert len(executor._units([(str(f), i) for i, f in enumerate(files)], 2, True)) == 8
+    assert len(executor._units([(str(f), i) for i, f in enumerate(files)], 2, True)) == 4
     batched = run([folder], scale=Scale(workers=2, use_cache=False)).to_dict()
     alone = of_results([read_file(f, i, use_cache=False) for i, f in enumerate(files)]).to_dict()
     assert json.dumps(batched, sort_keys=True) == json.dumps(alone, sort_keys=True)

@@ -1,5 +1,5 @@
 """Parts cross between processes as bytes only: a part mapped in this process is reduced as it is (never
-encoded), one mapped in a pool worker crosses as ``mapreduce.encode``'s envelope, and both give one report."""
+encoded), those mapped in a pool worker cross as ``wire.encode``'s envelope, and both give one report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import shapes
 
-from pipebubble import executor, mapreduce
+from pipebubble import executor, wire
 from pipebubble.options import Scale
 from pipebubble.run import run
 
@@ -18,12 +18,12 @@ def made(path: str, position: int, workers: int = 1) -> tuple[int, int]:
     return position, os.getpid()
 
 
-def packed(value: tuple[int, int]) -> bytes:
-    return json.dumps(value).encode()
+def packed(values: list[tuple[int, int]]) -> bytes:
+    return json.dumps(values).encode()
 
 
-def unpacked(blob: bytes) -> tuple:
-    return (*json.loads(blob), "crossed")
+def unpacked(blob: bytes) -> list[tuple]:
+    return [(*value, "crossed") for value in json.loads(blob)]
 
 
 def test_only_results_made_in_another_process_cross_the_wire(tmp_path):
@@ -44,9 +44,9 @@ def test_a_run_in_this_process_encodes_no_part_and_reports_as_a_pooled_one(tmp_p
     folder = shapes.data_parallel(tmp_path, [10.0 + (i % 5) for i in range(12)], steps=2)
     pooled = run([folder], scale=Scale(workers=2, use_cache=False)).to_dict()
 
-    def refused(part):
+    def refused(parts):
         raise AssertionError("a part mapped in this process was encoded")
 
-    monkeypatch.setattr(mapreduce, "encode", refused)
+    monkeypatch.setattr(wire, "encode", refused)
     here = run([folder], scale=Scale(workers=1, use_cache=False)).to_dict()
     assert json.dumps(here, sort_keys=True) == json.dumps(pooled, sort_keys=True)

@@ -14,7 +14,7 @@ from conftest import shared
 from p2p_shapes import MS, gpipe_p2p
 from shapes import all_to_all
 
-from pipebubble import mapreduce
+from pipebubble import mapreduce, wire
 from pipebubble.analysis import p2p as pp
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.pipeline_report import combine
@@ -139,7 +139,7 @@ def test_real_all_to_all_of_nsight_is_not_point_to_point():
 def test_part_travels_in_the_envelope_and_the_report_round_trips(tmp_path):
     part = parts_of(two_stages(tmp_path))[1]
     assert part.comm.p2p.height == 4  # rank 1: two receives, two sends
-    back = mapreduce.decode(mapreduce.encode(part))
+    [back] = wire.decode(wire.encode([part]))
     assert back.comm.p2p.equals(part.comm.p2p)
     assert CommPart(pl.DataFrame(), {}).p2p.schema == pl.Schema(pp.SCHEMA)
     report = analyse(tmp_path)

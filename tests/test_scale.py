@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from synth import simulate, write_pipeline
 
-from pipebubble import ingest
-from pipebubble.mapreduce import decode, encode, map_spans
+from pipebubble import ingest, wire
+from pipebubble.mapreduce import map_spans
 from pipebubble.options import Options, Scale
 from pipebubble.run import run
 
@@ -21,7 +21,7 @@ def folder(tmp_path_factory):
 def test_part_survives_its_bytes(folder):
     result = ingest.load([folder / "rank3.json"], use_cache=False).files[0]
     part = map_spans(result, Options())
-    again = decode(encode(part))
+    [again] = wire.decode(wire.encode([part]))
     assert again.lanes.equals(part.lanes) and again.stages.work.equals(part.stages.work)
     assert again.stages.names == part.stages.names and again.stages.order == part.stages.order
     assert again.file.skipped == part.file.skipped and again.file.meta == part.file.meta

@@ -11,7 +11,8 @@ caused (``host_ns``), other gaps (``wait_ns``); the rest is compute.
 Bound: at most ``RUNS_PER_STEP`` runs of compute and memory per profiler step of the file (one step for a
 file without steps), plus its communication kernels (one per collective call, as the collective part holds).
 A file over that merges its shortest gaps first (host-caused ones too, whose time the runs keep as
-``host_ns``) until it fits.
+``host_ns``) until it fits. The bound is each file's own: spans of a batch of rank files (``source``) are
+bounded file by file, as each alone.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def critical_part(spans: pl.DataFrame, step_regex: str | None = None) -> Critica
         return empty_part()
     cpu = spans.filter(pl.col("device").is_null())
     steps = _steps(cpu, step_regex)
-    ops = _runs(ops, RUNS_PER_STEP * max(steps.height, 1))
+    ops = _runs(ops, _limits(ops, steps))
     nodes = _nodes(ops)
     return CriticalPart(nodes, _blocks(cpu, ops, nodes), steps)
 
@@ -91,9 +92,21 @@ def _ops(spans: pl.DataFrame) -> pl.DataFrame:
     return ops.sort("lane", "stream", "start", "end").collect(engine=ENGINE)
 
 
-def _runs(ops: pl.DataFrame, limit: int) -> pl.DataFrame:
+def _limits(ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """source, limit: the runs of compute and memory each file may keep (``RUNS_PER_STEP`` per profiler step
+    of its participants, one step for a file without steps)."""
+    per_who = steps.group_by("who").len("steps")
+    files = ops.lazy().select("source", "who").unique().join(per_who.lazy(), on="who", how="left")
+    steps_of_file = files.group_by("source").agg(pl.col("steps").fill_null(0).sum())
+    limit = pl.max_horizontal(pl.col("steps"), 1) * RUNS_PER_STEP
+    return steps_of_file.select("source", limit=limit.cast(pl.Int64)).collect(engine=ENGINE)
+
+
+def _runs(ops: pl.DataFrame, limits: pl.DataFrame) -> pl.DataFrame:
     """``ops`` with their ``run`` (module docstring), ``gap`` (idle since the stream's previous work) and
-    whether the host caused it (``late``: launched after the stream went idle)."""
+    whether the host caused it (``late``: launched after the stream went idle). A file with more runs than
+    its limit (``limits``) joins every soft break but its ``keep`` longest gaps (the first among equal
+    ones), where a stream's first operation and those beside communication always break."""
     by = ["lane", "stream"]
     reach = pl.col("end").cum_max().shift(1).over(by)
     prev = pl.col("cls").shift(1).over(by)
@@ -101,21 +114,14 @@ def _runs(ops: pl.DataFrame, limit: int) -> pl.DataFrame:
                            soft=reach.is_not_null() & (pl.col("cls") != "comm") & (prev != "comm"))
     joins = pl.col("soft") & (pl.col("cls") == prev) & ~pl.col("late").fill_null(False) & (
         pl.col("gap") <= MERGE_GAP_NS)
-    compute = (pl.col("cls") != "comm").sum()
-    runs = ops.select(n=compute - (joins & (pl.col("cls") != "comm")).sum()).item()
-    if runs > limit:
-        joins = _capped(ops, limit)
-    return ops.with_columns(join=joins).with_columns(run=(~pl.col("join")).cum_sum())
-
-
-def _capped(ops: pl.DataFrame, limit: int) -> pl.Expr:
-    """The joins that keep at most ``limit`` compute and memory runs: every soft break but the ``keep``
-    longest gaps (the first among equal ones), where a stream's first operation and those beside
-    communication always break."""
-    hard = ops.filter((pl.col("cls") != "comm") & ~pl.col("soft")).height
-    keep = max(limit - hard, 0)  # soft breaks that may stay
-    longest = pl.when("soft").then("gap").rank("ordinal", descending=True) <= keep
-    return pl.col("soft") & ~longest.fill_null(False)
+    counted = pl.col("cls") != "comm"
+    runs = (counted.sum() - (pl.col("join") & counted).sum()).over("source")
+    keep = pl.max_horizontal(pl.col("limit") - (counted & ~pl.col("soft")).sum().over("source"), 0)
+    longest = pl.when("soft").then("gap").rank("ordinal", descending=True).over("source") <= keep
+    capped = pl.col("soft") & ~longest.fill_null(False)
+    ops = ops.with_columns(join=joins).join(limits, on="source", how="left", maintain_order="left")
+    ops = ops.with_columns(join=pl.when(runs > pl.col("limit")).then(capped).otherwise("join")).drop("limit")
+    return ops.with_columns(run=(~pl.col("join")).cum_sum())
 
 
 def _nodes(ops: pl.DataFrame) -> pl.DataFrame:
