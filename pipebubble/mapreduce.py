@@ -244,10 +244,14 @@ def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows:
     """The GPU breakdown of the spilled table ``scan``, its narrow copies written to a private scratch folder
     beside its spill folder (removed after, or by the next read if this one dies). Where that folder cannot
     be written (a full or read-only volume), the copies are held in memory instead, with a warning: a cache
-    problem never fails an analysis."""
-    from pipebubble.analysis.breakdown.windows import gpu_part_windowed, narrow
+    problem never fails an analysis. A table whose GPU operations and launching calls fit one window writes
+    none: one read holds them (``windows.held``)."""
+    from pipebubble.analysis.breakdown.windows import gpu_part_windowed, held, narrow, narrow_rows
     from pipebubble.ingest.cache import discard, disk_error, new_spill
 
+    if narrow_rows(scan) <= rows:
+        ops, launches, gpu = held(scan)
+        return gpu_part_windowed(scan, ops, launches, options.serving.step_regex, options.files == 1, rows, gpu), None
     work, scratch, warning = spill.parent.parent, None, None
     try:
         scratch = new_spill(work, None)

@@ -184,6 +184,7 @@ def test_a_full_cache_volume_keeps_the_narrow_copies_in_memory(monkeypatch, tmp_
     in_memory = run([path], Options(), Scale(use_cache=False)).to_dict()
     monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(budget.SPILL_ENV, "1")
+    monkeypatch.setenv(budget.ENV, "1")  # windows of the fewest rows: its operations need several
 
     from pipebubble.analysis.breakdown import windows
 
@@ -198,7 +199,7 @@ def test_a_full_cache_volume_keeps_the_narrow_copies_in_memory(monkeypatch, tmp_
             return self.query.collect()
 
     real = windows.narrow
-    monkeypatch.setattr(windows, "narrow", lambda scan: tuple(Full(q) for q in real(scan)))
+    monkeypatch.setattr(windows, "narrow", lambda scan, gpu=None: tuple(Full(q) for q in real(scan, gpu)))
     report = run([path], Options(), Scale(use_cache=False)).to_dict()
     warnings = report["ingest"].pop("warnings")
     assert any("No space left on device" in w and "held in memory instead" in w for w in warnings), warnings

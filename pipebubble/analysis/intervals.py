@@ -12,28 +12,29 @@ import polars as pl
 def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "end") -> pl.DataFrame:
     """Merged (union) intervals per group: columns ``by`` + ``start``, ``end``, sorted. Pieces are contiguous
     after the sort, so among the rows that open or close a piece, one that opens is followed by the one that
-    closes it (or closes it itself): one query, no group-by (two or three for a big frame).
+    closes it (or closes it itself): one query, no group-by (three or four for a big frame).
 
     The running maximum of the ends is a window per group; in a big frame, one cumulative pass over the
     whole frame instead, sorted by one number per row (``_flat``)."""
     if frame.is_empty():
         return pl.DataFrame(schema={c: frame.schema[c] for c in (*by, start, end)})
-    lazy = frame.lazy().select(*by, start, end)
-    flat = _flat(frame, lazy, by, start, end) if frame.height >= _FLAT_ROWS else None
+    flat = _flat(frame, by, start, end) if frame.height >= _FLAT_ROWS else None
     if flat is not None:
-        ordered, reach, opens = flat
-    else:
-        ordered = lazy.sort(*by, start)
-        reach = pl.col(end).cum_max().over(by) if by else pl.col(end).cum_max()
-        opens = (pl.col(start) > (reach.shift(1).over(by) if by else reach.shift(1))).fill_null(True)
+        return flat
+    ordered = frame.lazy().select(*by, start, end).sort(*by, start)
+    reach = pl.col(end).cum_max().over(by) if by else pl.col(end).cum_max()
+    opens = (pl.col(start) > (reach.shift(1).over(by) if by else reach.shift(1))).fill_null(True)
+    return _pieces(ordered.with_columns(reach=reach, opens=opens), by, start, end).collect(engine=ENGINE)
+
+
+def _pieces(swept: pl.LazyFrame, keep: list[str], start: str, end: str) -> pl.LazyFrame:
+    """The merged intervals of ``swept`` (sorted rows with their running maximum of the ends, ``reach``, and
+    whether each opens a piece, ``opens``): ``keep`` + ``start``, ``end``."""
     closes = pl.col("opens").shift(-1).fill_null(True)
     # The rows that open or close a piece, in order: a piece's opening row is its closing row, or the next.
-    edges = ordered.with_columns(reach=reach, opens=opens).with_columns(closes=closes).filter(
-        pl.col("opens") | pl.col("closes")
-    )
+    edges = swept.with_columns(closes=closes).filter(pl.col("opens") | pl.col("closes"))
     piece_end = pl.when(pl.col("closes")).then(pl.col("reach")).otherwise(pl.col("reach").shift(-1))
-    pieces = edges.select(*by, start, piece_end.alias(end), "opens").filter("opens").drop("opens")
-    return pieces.collect(engine=ENGINE)
+    return edges.select(*keep, start, piece_end.alias(end), "opens").filter("opens").drop("opens")
 
 
 #: The engine an analysis's lazy queries run on: their frames are small to middling, and polars' default
@@ -43,43 +44,49 @@ ENGINE = "in-memory"
 _FLAT_ROWS = 10_000
 #: Moved times stay below this (int64 holds 2**63).
 _FLAT_LIMIT = 2**62
-_GROUP, _AT = "_group", "_at"
+_GROUP = "_group"
 
 
-def _flat(
-    frame: pl.DataFrame, lazy: pl.LazyFrame, by: list[str], start: str, end: str
-) -> tuple[pl.LazyFrame, pl.Expr, pl.Expr] | None:
-    """``frame`` sorted by group then start, its running maximum of the ends (``reach``) and the rows that
-    open a piece, in one cumulative pass: each group gets a number in the groups' own sort order (keys
+def _flat(frame: pl.DataFrame, by: list[str], start: str, end: str) -> pl.DataFrame | None:
+    """``merge`` in one cumulative pass: each group gets a number in the groups' own sort order (keys
     compared null-safely), and its times are moved into a range of their own above every earlier group's
     (number × the frame's time width). The moved start is then the one sort key, a single integer instead
-    of strings and times compared row by row (3× faster to sort), and no group sees another's ends.
+    of strings and times compared row by row (3× faster to sort), and no group sees another's ends. Only the
+    numbers and moved times are sorted and swept; the groups' keys join the (fewer) pieces after.
     None where the moved times could overflow, or a time is missing."""
-    lo, hi, missing, groups, unkeyed = lazy.select(
-        lo=pl.col(start).min(), hi=pl.col(end).max(), missing=pl.col(start).null_count() + pl.col(end).null_count(),
-        groups=pl.struct(by).n_unique() if by else pl.lit(1, pl.UInt32),
-        unkeyed=pl.col(by[0]).null_count() if len(by) == 1 else pl.lit(1),
-    ).collect(engine=ENGINE).row(0)
-    if missing or (groups + 1) * (hi - lo + 1) >= _FLAT_LIMIT:
+    lo, hi, missing = frame.select(
+        lo=pl.col(start).min(), hi=pl.col(end).max(), missing=pl.col(start).null_count() + pl.col(end).null_count()
+    ).row(0)
+    if missing:
+        return None
+    groups, numbered = _numbered(frame, by, start, end)
+    if (groups.height + 1) * (hi - lo + 1) >= _FLAT_LIMIT:
         return None
     offset = pl.col(_GROUP).cast(pl.Int64) * (hi - lo + 1) - lo  # group g's times land in [g·width, (g+1)·width)
-    ordered = _numbered(frame, lazy, by, not unkeyed).with_columns(pl.col(start).add(offset).alias(_AT)).sort(_AT)
-    running = (pl.col(end) + offset).cum_max()
-    return ordered, running - offset, (pl.col(_AT) > running.shift(1)).fill_null(True)
+    moved = numbered.select(_GROUP, pl.col(start) + offset, reach=pl.col(end) + offset).sort(start)
+    swept = moved.with_columns(pl.col("reach").cum_max()).with_columns(
+        opens=(pl.col(start) > pl.col("reach").shift(1)).fill_null(True)
+    )
+    pieces = _pieces(swept, [_GROUP], start, end).select(_GROUP, pl.col(start, end) - offset)
+    keyed = pieces.join(groups.lazy(), on=_GROUP, how="left", maintain_order="left") if by else pieces
+    return keyed.select(*by, start, end).collect(engine=ENGINE)
 
 
-def _numbered(frame: pl.DataFrame, lazy: pl.LazyFrame, by: list[str], one_key: bool) -> pl.LazyFrame:
-    """The rows with each one's group number (``_GROUP``: 0, 1, ... in the groups' sort order, nulls first
-    as in a sort). ``one_key``: ``by`` is one column without nulls, whose sorted distinct values are replaced
-    by their places (faster than a join)."""
+def _numbered(frame: pl.DataFrame, by: list[str], start: str, end: str) -> tuple[pl.DataFrame, pl.LazyFrame]:
+    """The groups (``by`` in sort order, nulls first as in a sort, with their number ``_GROUP``: 0, 1, ...)
+    and the rows' times with each one's group number. One key's sorted distinct values are replaced by their
+    places (faster than a join)."""
+    lazy = frame.lazy()
     if not by:
-        return lazy.with_columns(pl.lit(0, pl.UInt32).alias(_GROUP))
-    if one_key:
+        return pl.DataFrame({_GROUP: [0]}, schema={_GROUP: pl.UInt32}), lazy.select(
+            pl.lit(0, pl.UInt32).alias(_GROUP), start, end)
+    if len(by) == 1:
         values = frame.get_column(by[0]).unique().sort()
         number = pl.col(by[0]).replace_strict(values, pl.Series(range(values.len()), dtype=pl.UInt32))
-        return lazy.with_columns(number.alias(_GROUP))
-    groups = lazy.select(by).unique().sort(by).with_row_index(_GROUP)
-    return lazy.join(groups, on=by, how="left", nulls_equal=True)
+        groups = values.to_frame().with_row_index(_GROUP).cast({_GROUP: pl.UInt32})
+        return groups, lazy.select(number.alias(_GROUP), start, end)
+    groups = frame.select(by).unique().sort(by).with_row_index(_GROUP)
+    return groups, lazy.join(groups.lazy(), on=by, how="left", nulls_equal=True).select(_GROUP, start, end)
 
 
 def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

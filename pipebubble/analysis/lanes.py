@@ -30,27 +30,28 @@ _KEYS = ["lane", "rank", "pid", "tid", "device", "stream"]
 
 
 def lane_table(spans: pl.DataFrame) -> pl.DataFrame:
-    """One row per lane, GPU device lanes first, then their streams, then CPU threads. The three levels are
-    one table (``_level``: 0 devices, 1 streams, 2 threads; ``_stream``: a stream lane's stream), so their
-    unions are one merge; a lane's other attributes are the same on all its spans."""
+    """One row per lane, GPU device lanes first, then their streams, then CPU threads. Each level is merged
+    by its own keys (a device's or thread's lane; a stream's lane and stream), one number per row to sort
+    by; a lane's other attributes are the same on all its spans."""
     gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
     cpu = pl.col("device").is_null() & pl.col("kind").is_in(CPU_WORK)
     work, cols = spans.lazy().filter(pl.col("lane").is_not_null()), [*_KEYS, "start", "end"]
-    rows = pl.concat([
-        work.filter(gpu).select(*cols, _level=pl.lit(0), _stream=pl.lit(None, pl.Int64)),
-        work.filter(gpu & pl.col("stream").is_not_null()).select(*cols, _level=pl.lit(1), _stream="stream"),
-        work.filter(cpu).select(*cols, _level=pl.lit(2), _stream=pl.lit(None, pl.Int64)),
-    ]).collect(engine=ENGINE)
-    by = ["_level", "lane", "_stream"]
+    on_gpu, on_cpu = pl.collect_all([work.filter(gpu).select(cols), work.filter(cpu).select(cols)], engine=ENGINE)
+    streams = on_gpu.filter(pl.col("stream").is_not_null())
+    levels = [
+        _level(on_gpu, ["lane"], stream=pl.lit(None, pl.Int64), kind=pl.lit("gpu")),
+        _level(streams, ["lane", "stream"], lane=pl.format("{}/stream{}", "lane", "stream"), kind=pl.lit("gpu")),
+        _level(on_cpu, ["lane"], kind=pl.lit("cpu")),
+    ]
+    return sort_lanes(pl.concat(levels, how="diagonal_relaxed"))
+
+
+def _level(rows: pl.DataFrame, by: list[str], **named: pl.Expr) -> pl.LazyFrame:
+    """One level's lanes: the union of ``rows`` per group ``by``, with each group's first other attributes,
+    then the columns ``named``."""
     stats = union_stats(rows.select(*by, "start", "end"), by)
-    attrs = rows.lazy().group_by(by).agg(pl.col(k).first() for k in _KEYS[1:])
-    level = pl.col("_level")
-    table = stats.lazy().join(attrs, on=by, nulls_equal=True).with_columns(
-        lane=pl.when(level == 1).then(pl.format("{}/stream{}", "lane", "stream")).otherwise("lane"),
-        stream=pl.when(level != 0).then("stream"),
-        kind=pl.when(level == 2).then(pl.lit("cpu")).otherwise(pl.lit("gpu")),
-    )
-    return sort_lanes(table)
+    attrs = rows.lazy().group_by(by).agg(pl.col(k).first() for k in _KEYS if k not in by)
+    return stats.lazy().join(attrs, on=by).with_columns(**named)
 
 
 def sort_lanes(table: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

@@ -31,11 +31,12 @@ from pipebubble.report import Breakdown
 _CAT = pl.Categorical
 
 
-def narrow(scan: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """The two narrow tables the windows read, as queries over the span table ``scan``: its GPU operations
-    (lane and class as categories, owner, rank, pid, device, start, end, correlation) and its launching calls
-    (correlation, at_pid, at_lane, at). The caller writes them out and gives them back as scans."""
-    ops = part.gpu_ops(scan).select(
+def narrow(scan: pl.LazyFrame, gpu: pl.LazyFrame | None = None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The two narrow tables the windows read, as queries over the span table ``scan`` (``gpu``: its GPU
+    operations, ``part.gpu_ops``, where already held): its GPU operations (lane and class as categories,
+    owner, rank, pid, device, start, end, correlation) and its launching calls (correlation, at_pid, at_lane,
+    at). The caller writes them out and gives them back as scans."""
+    ops = (part.gpu_ops(scan) if gpu is None else gpu).select(
         pl.col("lane").cast(_CAT), pl.col("cls").cast(_CAT), "owner", "rank", "pid", "device", "start", "end",
         "correlation",
     )
@@ -43,19 +44,39 @@ def narrow(scan: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     return ops, calls.select("correlation", "at_pid", pl.col("at_lane").cast(_CAT), "at")
 
 
+def narrow_rows(scan: pl.LazyFrame) -> int:
+    """The rows of ``narrow``'s bigger table over the span table ``scan``: its GPU operations or its launching
+    calls, whichever are more."""
+    tables = part.gpu_ops(scan), launch_calls(scan.filter(pl.col("device").is_null()))
+    counts = pl.collect_all([table.select(pl.len()) for table in tables])
+    return max(count.item() for count in counts)
+
+
+def held(scan: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
+    """``narrow``'s tables and the GPU operations themselves (``part.gpu_ops``, for the summaries), read once
+    and held in memory: for a table whose GPU operations and launching calls fit one window (``narrow_rows``),
+    which holds them anyway."""
+    gpu = part.gpu_ops(scan).collect()
+    ops, launches = pl.collect_all(narrow(scan, gpu.lazy()))
+    return ops.lazy(), launches.lazy(), gpu.lazy()
+
+
 def gpu_part_windowed(
     scan: pl.LazyFrame, ops: pl.LazyFrame, launches: pl.LazyFrame, step_regex: str | None, alone: bool,
-    rows_per_window: int,
+    rows_per_window: int, gpu: pl.LazyFrame | None = None,
 ) -> part.GpuPart:
     """``breakdown.part.gpu_part`` of the span table ``scan`` (one file's), given ``narrow``'s tables written out
-    (``ops``, ``launches``), with about ``rows_per_window`` GPU operations in memory at a time."""
-    gpu = part.gpu_ops(scan)
+    (``ops``, ``launches``), with about ``rows_per_window`` GPU operations in memory at a time. ``gpu``: the
+    GPU operations held in memory (``held``), whose summaries then read them, not the scan, and take their
+    medians whole."""
+    bounded = gpu is None
+    gpu = part.gpu_ops(scan) if bounded else gpu
     cpu = scan.filter(pl.col("device").is_null())
     n = ops.select(pl.len()).collect().item()
     if not n:
-        return part.summarised([], gpu, cpu, pl.Series("d", [], pl.Int64), alone, bounded=True)
+        return part.summarised([], gpu, cpu, pl.Series("d", [], pl.Int64), alone, bounded=bounded)
     rows, delays = _Passes(ops, launches, cpu, step_regex).run(_edges(ops, n, rows_per_window))
-    return part.summarised(rows, gpu, cpu, delays, alone, bounded=True)
+    return part.summarised(rows, gpu, cpu, delays, alone, bounded=bounded)
 
 
 def _edges(ops: pl.LazyFrame, n: int, rows_per_window: int) -> list[int]:

@@ -1,0 +1,115 @@
+"""The ways a spilled trace's GPU breakdown is read: a trace whose GPU operations fit one window holds them,
+writes no narrow copies and changes no number; one that needs several windows writes its copies, and on a
+full volume keeps them in memory with a warning. And the merges both lean on give the plain sort's answer for
+keys of every kind (categories, enums, nulls)."""
+
+from __future__ import annotations
+
+import errno
+
+import polars as pl
+import pytest
+from conftest import shared
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spilled import comparable
+
+from pipebubble import budget
+from pipebubble.analysis import intervals
+from pipebubble.ingest import cache
+from pipebubble.options import Options, Scale
+from pipebubble.run import run
+
+TRACE = ("kineto", "resnet_ddp_a100_nccl_rank0.json.gz")
+
+
+def scratch_folders(monkeypatch) -> list:
+    """The scratch folders the breakdown asks for (a read's own spill folder has a key; scratch has none)."""
+    asked, real = [], cache.new_spill
+
+    def counted(work, entry_key):
+        if entry_key is None:
+            asked.append(work)
+        return real(work, entry_key)
+
+    monkeypatch.setattr(cache, "new_spill", counted)
+    return asked
+
+
+def spilled(monkeypatch, tmp_path, memory_budget: str | None) -> dict:
+    monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(budget.SPILL_ENV, "1")
+    if memory_budget is None:
+        monkeypatch.delenv(budget.ENV, raising=False)
+    else:
+        monkeypatch.setenv(budget.ENV, memory_budget)
+    return run([shared(*TRACE)], Options(), Scale(use_cache=False)).to_dict()
+
+
+def test_gpu_operations_that_fit_one_window_are_held_and_write_no_copies(monkeypatch, tmp_path):
+    in_memory = run([shared(*TRACE)], Options(), Scale(use_cache=False)).to_dict()
+    asked = scratch_folders(monkeypatch)
+    report = spilled(monkeypatch, tmp_path, "1G")
+    assert budget.rows_per_window() // 2 > 3774, "the trace's GPU operations fit one window"
+    assert not asked, "no narrow copies written"
+    assert comparable(report) == comparable(in_memory)
+
+
+def test_a_full_volume_keeps_the_copies_of_several_windows_in_memory(monkeypatch, tmp_path):
+    from pipebubble.analysis.breakdown import windows
+
+    in_memory = run([shared(*TRACE)], Options(), Scale(use_cache=False)).to_dict()
+    asked = scratch_folders(monkeypatch)
+
+    class Full:  # a query whose output the full volume refuses
+        def __init__(self, query):
+            self.query = query
+
+        def sink_parquet(self, target, *args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+        def collect(self):
+            return self.query.collect()
+
+    real = windows.narrow
+    monkeypatch.setattr(windows, "narrow", lambda scan, gpu=None: tuple(Full(q) for q in real(scan, gpu)))
+    report = spilled(monkeypatch, tmp_path, "1")  # windows of 500 operations: several
+    assert asked, "the copies were to be written"
+    warnings = report["ingest"].pop("warnings")
+    assert any("No space left on device" in w and "held in memory instead" in w for w in warnings), warnings
+    in_memory["ingest"].pop("warnings")
+    assert comparable(report) == comparable(in_memory)
+
+
+keys = st.lists(
+    st.tuples(st.sampled_from(["b", "a", None]), st.sampled_from([3, None, -1]), st.integers(0, 60),
+              st.integers(0, 9)),
+    min_size=1, max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(keys)
+def test_big_frame_merges_number_keys_of_every_kind_as_a_sort_orders_them(rows):
+    table = pl.DataFrame([(g, k, s, s + d) for g, k, s, d in rows], schema=["g", "k", "start", "end"], orient="row")
+    table = table.with_columns(c=pl.col("g").cast(pl.Categorical), e=pl.col("g").cast(pl.Enum(["b", "a"])))
+    cases = (["c"], ["e"], ["e", "k"], ["c", "k"], ["k"], ["g", "k"])
+    plain = [intervals.merge(table, by) for by in cases]
+    at = intervals._FLAT_ROWS
+    intervals._FLAT_ROWS = 0
+    try:
+        flat = [intervals.merge(table, by) for by in cases]
+    finally:
+        intervals._FLAT_ROWS = at
+    for by, a, b in zip(cases, plain, flat, strict=True):
+        assert a.schema == b.schema, by
+        assert a.rows() == b.rows(), by
+
+
+@pytest.mark.parametrize("rows", [1_000, 10**9])
+def test_windowed_lanes_of_a_real_trace_equal_the_whole_tables(rows):
+    from pipebubble.analysis.lanes import lane_table, lane_table_windowed
+    from pipebubble.ingest import read_file
+
+    spans = read_file(shared("kineto", "mi250_rocm_toy_train.json.gz"), use_cache=False).spans
+    assert lane_table_windowed(spans.lazy(), rows).equals(lane_table(spans))
