@@ -15,7 +15,7 @@ from dataclasses import replace
 from pipebubble.analysis.findings import gpu, memory, pipeline, ranks, serving
 from pipebubble.analysis.findings.common import gpus, job_step
 from pipebubble.analysis.requests import findings as requests
-from pipebubble.analysis.rootcause.findings import findings as late_findings
+from pipebubble.analysis.rootcause import findings as late_rank_findings  # a module: it imports this package
 from pipebubble.analysis.rootcause.result import LateRank
 from pipebubble.report import Report
 from pipebubble.report_findings import KINDS, THRESHOLD, Finding
@@ -37,7 +37,7 @@ def findings(report: Report, gpu_cost: float | None = None, threshold: float = T
 
 def _late(report: Report, late: list[LateRank]) -> list[Finding]:
     step = job_step(report)
-    return [] if step is None else late_findings(late, step.ns, step.count, gpus(report))
+    return [] if step is None else late_rank_findings.findings(late, step.ns, step.count, gpus(report))
 
 
 def priced(found: Finding, gpu_cost: float | None) -> Finding:

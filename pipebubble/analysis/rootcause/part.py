@@ -105,16 +105,17 @@ def _unions(spans: pl.DataFrame) -> pl.DataFrame:
     return merged.with_columns(before=(length.cum_sum() - length).over("who", "cls"))
 
 
-def _covered(points: pl.DataFrame, unions: pl.DataFrame, at: str) -> pl.DataFrame:
-    """``points`` (row, who, ``at``) with each union's length before ``at`` (one column per union): the
-    intervals before it in full, the one holding it up to ``at``."""
-    probe = points.lazy().select("row", "who", t=at).join(
-        unions.lazy().select("cls").unique(), how="cross").sort("t")
+def _covered(points: pl.DataFrame, unions: pl.DataFrame, ats: tuple[str, ...]) -> pl.DataFrame:
+    """``points`` (row, who and the times ``ats``) with each union's length before each time (a column
+    ``{at}_{union}`` each): the intervals before it in full, the one holding it up to it. One query for
+    every time and union."""
+    times = points.lazy().unpivot(list(ats), index=["row", "who"], variable_name="at", value_name="t")
+    probe = times.join(unions.lazy().select("cls").unique(), how="cross").sort("t")
     hit = probe.join_asof(unions.lazy().sort("start"), left_on="t", right_on="start", by=["who", "cls"],
                           strategy="backward", check_sortedness=False)
     ns = (pl.col("before") + pl.min_horizontal(pl.col("t"), "end") - pl.col("start")).fill_null(0)
-    wide = hit.select("row", "cls", ns=ns).collect(engine=ENGINE).pivot("cls", index="row", values="ns")
-    return wide.rename({c: f"{at}_{c}" for c in wide.columns if c != "row"})
+    named = hit.select("row", pl.format("{}_{}", "at", "cls").alias("name"), ns=ns)
+    return named.collect(engine=ENGINE).pivot("name", index="row", values="ns")
 
 
 def _classified(framed: pl.DataFrame, unions: pl.DataFrame) -> pl.DataFrame:
@@ -123,9 +124,8 @@ def _classified(framed: pl.DataFrame, unions: pl.DataFrame) -> pl.DataFrame:
     rows = framed.with_row_index("row")
     gpus = unions.filter(pl.col("cls") == "busy")["who"].unique() if unions.height else pl.Series([], dtype=pl.Int64)
     rows = rows.with_columns(gpu=pl.col("who").is_in(gpus.implode()))
-    covered = {at: _covered(rows, unions, at) for at in ("origin", "arrival", "end")} if unions.height else {}
-    for frame in covered.values():
-        rows = rows.join(frame, on="row", how="left")
+    if unions.height:
+        rows = rows.join(_covered(rows, unions, ("origin", "arrival", "end")), on="row", how="left")
     for at, to in (("a", "arrival"), ("e", "end")):
         rows = rows.with_columns(**_classes(rows.columns, to, at))
     return rows
