@@ -22,7 +22,7 @@ from pipebubble import allocations, spans
 from pipebubble.ingest import jsonpairs, jsontrace
 from pipebubble.ingest.base import FileResult
 from pipebubble.ingest.jsoncolumns import ENGINE
-from pipebubble.ingest.jsonevents import MEMORY_PHASE
+from pipebubble.ingest.jsonevents import COLUMNS, MEMORY_PHASE
 
 # Category -> kind. Old Kineto names (Kernel, Memcpy, Runtime) included; matching is case-insensitive.
 CATEGORY_KINDS = {
@@ -63,6 +63,9 @@ _NOT_SPANS = {
     "<not an object>": "not_an_event",
 }
 _INT32 = 2**31
+#: Below this many complete events, a block's kinds and lanes are worked out row by row rather than once per
+#: distinct category, name, pid and tid (measured: a join of them costs about as much at 4,000 rows).
+_PER_ROW = 4096
 #: Begin/end and async begin/end events: paired into spans after every block is decoded.
 PAIRED_PHASES = ("B", "E", "b", "e")
 
@@ -93,7 +96,8 @@ def read(
     if any(decoded.phases[ph] for ph in PAIRED_PHASES):  # most traces have none to pair
         paired, unmatched = jsonpairs.paired_spans(events)
         skipped.update(unmatched)
-        table, reasons = _to_spans(paired.lazy().with_columns(reason=pl.lit(None, pl.String)), str(path), rank)
+        table, reasons = _to_spans(paired.lazy().with_columns(reason=pl.lit(None, pl.String)), str(path), rank,
+                                   paired.height)
         paired_spans, reasons = pl.collect_all([table, reasons], engine=ENGINE)
         skipped.update(Counter(dict(reasons.iter_rows())))
         parts.append(paired_spans)
@@ -150,11 +154,18 @@ def _rank(header: dict, path: Path, position: int) -> tuple[int, str | None]:
 
 
 def block_spans(
-    events: pl.DataFrame, source: str, rank: int, base: int, spill: str | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame, Counter, list[str]]:
-    """One block's complete events as spans (written to a Parquet file in ``spill`` instead, when given);
-    the events to pair or name later (with ``base`` added), the count of events not kept, and the file
-    written. One lazy plan, run once for all three (a small file's fixed cost is its queries).
+    events: pl.DataFrame | pl.LazyFrame,
+    source: str,
+    rank: int,
+    base: int,
+    spill: str | None = None,
+    phases: Counter[str] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame, Counter, list[str], pl.DataFrame | None]:
+    """One block's complete events (a frame, or a plan for it) as spans (written to a Parquet file in
+    ``spill`` instead, when given); the events to pair or name later (with ``base`` added), the count of
+    events not kept, the file written and the allocator events (None when there are none). One lazy plan,
+    run once for all (a small file's fixed cost is its queries); ``phases``, the block's counts, leave out
+    the parts for phases it has none of (None: any may be present).
 
     ``ts_ns`` and ``base`` both lie strictly within ±2**62, so their sum cannot overflow; a sum beyond the
     limit marks the event ``out_of_range``."""
@@ -164,17 +175,29 @@ def block_spans(
         ts_ns=pl.when(ts.abs() < limit).then(ts),
         skip=pl.coalesce("skip", pl.when(ts.abs() >= limit).then(pl.lit("out_of_range"))),
     )
-    table, reasons = _to_spans(_complete_spans(events), source, rank)
-    memory, memory_reasons = _allocator_events(events, source, rank)
-    rest = events.filter(pl.col("ph").is_in([*PAIRED_PHASES, "M"]))
-    rest, table, reasons, memory, memory_reasons = pl.collect_all(
-        [rest, table, reasons, memory, memory_reasons], engine=ENGINE)
-    written = []
+    rest_phases, memory_phase = _present(phases, (*PAIRED_PHASES, "M")), _present(phases, (MEMORY_PHASE,))
+    complete = _complete_spans(events, only_complete=not (rest_phases or memory_phase))
+    table, reasons = _to_spans(complete, source, rank, phases["X"] if phases is not None else None)
+    plans = {"table": table.sort("start") if spill is not None else table, "reasons": reasons}
+    if rest_phases:
+        plans["rest"] = events.filter(pl.col("ph").is_in([*PAIRED_PHASES, "M"]))
+    if memory_phase:
+        plans["memory"], plans["memory_reasons"] = _allocator_events(events, source, rank)
+    got = dict(zip(plans, pl.collect_all(list(plans.values()), engine=ENGINE), strict=True))
+    table, written = got["table"], []
     if spill is not None:
         written = _write_part(table, spill)
         table = table.clear()
-    skipped = Counter(dict(reasons.iter_rows())) + Counter(dict(memory_reasons.iter_rows()))
-    return rest, table, skipped, written, memory
+    skipped = Counter(dict(got["reasons"].iter_rows()))
+    if memory_phase:
+        skipped += Counter(dict(got["memory_reasons"].iter_rows()))
+    rest = got["rest"] if rest_phases else pl.DataFrame(schema=COLUMNS)
+    return rest, table, skipped, written, got.get("memory")
+
+
+def _present(phases: Counter[str] | None, wanted: tuple[str, ...]) -> bool:
+    """Whether a block counted any of the ``wanted`` phases (always, when its counts are not known)."""
+    return phases is None or any(phases[ph] for ph in wanted)
 
 
 def _allocator_events(events: pl.LazyFrame, source: str, rank: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
@@ -232,46 +255,53 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
     return skipped
 
 
-def _complete_spans(events: pl.LazyFrame) -> pl.LazyFrame:
+def _complete_spans(events: pl.LazyFrame, only_complete: bool = False) -> pl.LazyFrame:
     """``X`` events as span rows, with the ``reason`` those without a valid time, and Kineto's own profile
-    span, are not kept for (null for the others)."""
-    return events.filter(pl.col("ph") == "X").select(
+    span, are not kept for (null for the others); ``only_complete``: every event is an ``X`` event."""
+    rows = events if only_complete else events.filter(pl.col("ph") == "X")
+    return rows.select(
         "cat", "name", "pid", "tid", "external_id", "correlation", start=pl.col("ts_ns"), end=_END, reason=_REASON
     )
 
 
-def _to_spans(raw: pl.LazyFrame, source: str, rank: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """Span rows (``raw`` has a ``reason`` to skip, null to keep) to the span table: categories to kinds,
-    GPU events to (device, stream), lanes named; and the count of rows not kept by reason (``reason``,
-    ``len``), GPU events whose pid (the device) does not fit Int32 as ``device_out_of_range``. Names and
-    ids repeat heavily, so the regexes and string formatting run once per distinct category, name, pid and
-    tid, joined back. Both are lazy: collected together, they share one pass."""
-    off = pl.col("on_device") & ((pl.col("pid") < -_INT32) | (pl.col("pid") >= _INT32)).fill_null(False)
-    frame = raw.with_columns(on_device=_ON_DEVICE).with_columns(
-        reason=pl.coalesce("reason", pl.when(off).then(pl.lit("device_out_of_range")))
-    )
-    reasons = frame.filter(pl.col("reason").is_not_null()).group_by("reason").len()
-    kept = frame.filter(pl.col("reason").is_null())
+def _to_spans(raw: pl.LazyFrame, source: str, rank: int, rows: int | None = None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Span rows (``raw``: ``_ROW_COLUMNS``, a ``reason`` to skip, null to keep) to the span table:
+    categories to kinds, GPU events to (device, stream), lanes named; and the count of rows not kept by
+    reason (``reason``, ``len``), GPU events whose pid (the device) does not fit Int32 as
+    ``device_out_of_range``. Everything but the reason is a function of category, name, pid and tid, which
+    repeat heavily: it is worked out once per distinct four (the regexes, the lowercasing, the string
+    formatting) and joined back, unless ``raw`` has fewer than ``_PER_ROW`` rows (``rows``, when known):
+    then row by row, as the join costs a small file more than it saves. Both are lazy: collected together,
+    they share one pass."""
     keys = ["cat", "name", "pid", "tid"]
     lane = (
         pl.when("on_device")
         .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("pid")))
         .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
     )
-    looks = kept.select(*keys, "on_device").unique(keys).select(*keys, kind=_KIND, lane=lane)
-    table = kept.join(looks, on=keys, how="left", nulls_equal=True, maintain_order="left").with_columns(
-        device=pl.when("on_device").then(pl.col("pid")),
-        stream=pl.when("on_device").then(pl.col("tid")),
-        pid=pl.when("on_device").then(None).otherwise(pl.col("pid")),
-        tid=pl.when("on_device").then(None).otherwise(pl.col("tid")),
-        source=pl.lit(source),
-        rank=pl.lit(rank),
-    )
-    return spans.conform(table), reasons
+
+    def looked(frame: pl.LazyFrame) -> pl.LazyFrame:
+        return frame.with_columns(on_device=_ON_DEVICE).with_columns(kind=_KIND, lane=lane, off=_OFF_DEVICE)
+
+    if rows is not None and rows < _PER_ROW:
+        frame = looked(raw)
+    else:
+        frame = raw.join(looked(raw.select(keys).unique(keys)), on=keys, how="left", nulls_equal=True,
+                         maintain_order="left")
+    frame = frame.with_columns(reason=pl.coalesce("reason", pl.when("off").then(pl.lit("device_out_of_range"))))
+    reasons = frame.filter(pl.col("reason").is_not_null()).group_by("reason").len()
+    table = frame.filter(pl.col("reason").is_null()).with_columns(
+        *_ON_GPU, source=pl.lit(source), rank=pl.lit(rank))
+    return table.select(_SPAN_SCHEMA), reasons
 
 
 def _kind() -> pl.Expr:
-    mapped = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KINDS, default="cpu_op")
+    """Each event's kind: its category's (``CATEGORY_KINDS``, else ``cpu_op``), then steps, communication and
+    syncs by name. A category is looked up by its place among the known ones (an Enum): a dict's
+    ``replace_strict`` costs a small file's plan a quarter of a millisecond to set up."""
+    known = pl.col("cat").str.to_lowercase().cast(pl.Enum(list(CATEGORY_KINDS)), strict=False)
+    mapped = pl.lit(pl.Series(list(CATEGORY_KINDS.values()), dtype=pl.String)).gather(known.to_physical())
+    mapped = mapped.fill_null(pl.lit("cpu_op"))
     return (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
@@ -307,9 +337,29 @@ def _reason() -> pl.Expr:
     )
 
 
+def _off_device() -> pl.Expr:
+    """A GPU event whose pid (its device) does not fit Int32."""
+    return pl.col("on_device") & ((pl.col("pid") < -_INT32) | (pl.col("pid") >= _INT32)).fill_null(False)
+
+
+def _on_gpu() -> list[pl.Expr]:
+    """GPU events' pid and tid to device and stream (each reads the columns as they were)."""
+    on = pl.when("on_device")
+    return [on.then(pl.col("pid")).alias("device"), on.then(pl.col("tid")).alias("stream"),
+            on.then(None).otherwise(pl.col("pid")).alias("pid"), on.then(None).otherwise(pl.col("tid")).alias("tid")]
+
+
+def _span_schema() -> list[pl.Expr]:
+    """``spans.conform`` for the columns ``_to_spans`` gives, without resolving a plan's schema per block."""
+    given = {*_ROW_COLUMNS, "kind", "lane", "device", "stream", "source", "rank"}
+    return [(pl.col(c) if c in given else pl.lit(None)).cast(t).alias(c) for c, t in spans.SCHEMA.items()]
+
+
 # Built once: a small file's plan costs more to build than to run.
+_ROW_COLUMNS = ("cat", "name", "pid", "tid", "external_id", "correlation", "start", "end", "reason")
 _END = pl.col("ts_ns") + pl.col("dur_ns")
-_KIND, _ON_DEVICE, _REASON = _kind(), _on_device(), _reason()
+_KIND, _ON_DEVICE, _REASON, _OFF_DEVICE = _kind(), _on_device(), _reason(), _off_device()
+_ON_GPU, _SPAN_SCHEMA = _on_gpu(), _span_schema()
 
 
 def _names(events: pl.DataFrame) -> tuple[dict[str, str], dict[str, str]]:

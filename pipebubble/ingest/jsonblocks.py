@@ -53,9 +53,10 @@ class Block:
     memory: pl.DataFrame | None = None
 
 
-#: Per-block work run where the block was decoded: events in, (events left, spans, skipped counts, files
-#: written: a spilled block's Parquet part, allocator events) out.
-Finish = Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame, Counter, list[str], pl.DataFrame]]
+#: Per-block work run where the block was decoded, called as ``fn(events, phases=...)``: the events (a frame,
+#: or a plan for it to run) and the block's phase counts in; (events left, spans, skipped counts, files
+#: written: a spilled block's Parquet part, allocator events or None) out.
+Finish = Callable[..., tuple[pl.DataFrame, pl.DataFrame, Counter, list[str], pl.DataFrame | None]]
 
 
 class Unverified(Exception):
@@ -146,25 +147,35 @@ def _wrapped(region: memoryview, start: int, end: int) -> bytes:
 
 
 def _try_file_block(path: str, offset: int, length: int, fn: Finish | None = None) -> Block | BlockError:
-    """A worker reads its own block from the file: only offsets cross the process boundary."""
+    """A worker reads its own block from the file: only offsets cross the process boundary. The text is read
+    straight in between the array's brackets (whitespace inside them is still JSON), so it is not copied
+    again; a block that does not decode that way is decoded as ``_wrapped`` gives it, so whether it reads,
+    and where its error is, never depend on the process that decoded it."""
+    buffer = bytearray(length + 2)
     with open(path, "rb") as fh:
         fh.seek(offset)
-        text = fh.read(length)
-    return _try_block(_wrapped(memoryview(text), 0, len(text)), fn)
+        got = fh.readinto(memoryview(buffer)[1 : length + 1])
+    buffer[0], buffer[got + 1] = ord("["), ord("]")
+    del buffer[got + 2 :]
+    result = _try_block(buffer, fn)
+    if not isinstance(result, BlockError):
+        return result
+    text = memoryview(buffer)[1 : got + 1]
+    return _try_block(_wrapped(text, 0, len(text)), fn)
 
 
-def _try_block(block: bytes, fn: Finish | None = None) -> Block | BlockError:
+def _try_block(block: bytes | bytearray, fn: Finish | None = None) -> Block | BlockError:
     try:
         return _block(block, fn)
     except BlockError as exc:
         return exc
 
 
-def _block(block: bytes, fn: Finish | None) -> Block:
-    decoded = decode_block(block)
+def _block(block: bytes | bytearray, fn: Finish | None) -> Block:
+    decoded = decode_block(block, lazy=fn is not None)
     if fn is None:
         return Block(decoded.frame, decoded.phases, repairs=decoded.repairs)
-    rest, spans, skipped, written, memory = fn(decoded.frame)
+    rest, spans, skipped, written, memory = fn(decoded.frame, phases=decoded.phases)
     return Block(rest, decoded.phases, spans, skipped, decoded.repairs, written, memory)
 
 

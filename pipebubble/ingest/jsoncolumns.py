@@ -35,7 +35,25 @@ def build_frame(columns: dict[str, list | pl.Series], constants: dict[str, Any] 
     pid/tid as ints or strings, ``skip`` (optional) as reasons found while decoding. A field absent from
     ``columns`` takes its value in ``constants`` (default null) on every row: a block of complete events only
     builds no list of ``"X"`` nor of nulls. One query."""
-    constants = constants or {}
+    raw = _raw(columns)
+    return raw.select(_converted(frozenset(raw.columns), tuple(sorted((constants or {}).items()))))
+
+
+def build_plan(
+    columns: dict[str, list | pl.Series], constants: dict[str, Any] | None = None
+) -> pl.DataFrame | pl.LazyFrame:
+    """``build_frame``'s frame as a plan, not yet run and without ``big``, when no timestamp can need its
+    text read (every ``ts`` within ±2**43 µs): the caller's own queries run it, in the same pass. Else the
+    frame itself, as ``build_frame`` gives it (``big`` included)."""
+    raw = _raw(columns)
+    exprs = _converted(frozenset(raw.columns), tuple(sorted((constants or {}).items())))
+    if "ts" in raw.columns and _maybe_big(raw["ts"]):
+        return raw.select(exprs)
+    return raw.lazy().select(exprs[:-1])  # the last is ``big``
+
+
+def _raw(columns: dict[str, list | pl.Series]) -> pl.DataFrame:
+    """The fields as typed series (no query): pid/tid as ids (``id_bad`` when one does not fit int64)."""
     pid, pid_bad = _ids(columns["pid"])
     tid, tid_bad = _ids(columns["tid"])
     raw = {"pid": pid, "tid": tid}
@@ -45,7 +63,14 @@ def build_frame(columns: dict[str, list | pl.Series], constants: dict[str, Any] 
     bad = [b for b in (pid_bad, tid_bad) if b is not None]
     if bad:
         raw["id_bad"] = bad[0] | bad[1] if len(bad) == 2 else bad[0]
-    return pl.DataFrame(raw).select(_converted(frozenset(raw), tuple(sorted(constants.items()))))
+    return pl.DataFrame(raw)
+
+
+def _maybe_big(ts: pl.Series) -> bool:
+    """Whether a ``ts`` may be ``big``: its largest or smallest value (NaN aside; NaN when all are) is not
+    strictly within ±2**43 µs."""
+    high, low = ts.max(), ts.min()
+    return high is not None and not (high < _EXACT_FLOAT_US and low > -_EXACT_FLOAT_US)
 
 
 @functools.lru_cache(maxsize=64)

@@ -21,7 +21,7 @@ import msgspec
 import polars as pl
 
 from pipebubble.ingest import jsonbytes
-from pipebubble.ingest.jsoncolumns import MEMORY_FIELDS, build_frame, exact_ts
+from pipebubble.ingest.jsoncolumns import MEMORY_FIELDS, build_frame, build_plan, exact_ts
 
 __all__ = ["COLUMNS", "KEPT_PHASES", "BlockError", "BlockEvents", "build_frame", "decode_block", "exact_ts"]
 
@@ -54,10 +54,11 @@ MEMORY_PHASE = "memory"
 
 @dataclass
 class BlockEvents:
-    """One block's kept events (``COLUMNS``), a count of every phase, and the repairs made to its text
-    (``utf8``: sequences replaced; ``deep``: 1 when values nested too deep were nulled)."""
+    """One block's kept events (``COLUMNS``; with ``decode_block(lazy=True)`` possibly a plan not yet run), a
+    count of every phase, and the repairs made to its text (``utf8``: sequences replaced; ``deep``: 1 when
+    values nested too deep were nulled)."""
 
-    frame: pl.DataFrame
+    frame: pl.DataFrame | pl.LazyFrame
     phases: Counter[str]
     repairs: Counter[str] = field(default_factory=Counter)
 
@@ -147,9 +148,11 @@ class BlockError(Exception):
         self.message, self.offset, self.truncated = message, offset, truncated
 
 
-def decode_block(block: bytes) -> BlockEvents:
+def decode_block(block: bytes, lazy: bool = False) -> BlockEvents:
     """The kept events of ``block`` (a JSON array) as columns, a count of every phase, and repairs made.
-    Raises BlockError when the block is not valid JSON even after repair."""
+    ``lazy``: the columns may come as a plan, for the caller's queries to run in their own pass (a block's
+    columns are then never materialised on their own). Raises BlockError when the block is not valid JSON
+    even after repair."""
     repairs: Counter[str] = Counter()
     fixed, replaced, shifts = jsonbytes.fix_unicode(block)
     if replaced:
@@ -157,11 +160,11 @@ def decode_block(block: bytes) -> BlockEvents:
     deep: list[tuple[int, int]] = []
     try:
         try:
-            return _decode(fixed, repairs)
+            return _decode(fixed, repairs, lazy)
         except RecursionError:
             fixed, deep = jsonbytes.flatten_deep(fixed)
             repairs["deep"] = 1
-            return _decode(fixed, repairs)
+            return _decode(fixed, repairs, lazy)
     except msgspec.DecodeError as exc:
         exc = _syntax_error(fixed) or exc
         length = len(fixed)
@@ -183,9 +186,9 @@ def _syntax_error(block: bytes) -> msgspec.DecodeError | None:
     return None
 
 
-def _decode(block: bytes, repairs: Counter[str]) -> BlockEvents:
+def _decode(block: bytes, repairs: Counter[str], lazy: bool = False) -> BlockEvents:
     try:
-        frame, phases = _decode_fast(block)
+        frame, phases = _decode_fast(block, lazy)
     except msgspec.ValidationError:
         from pipebubble.ingest.jsontolerant import decode_tolerant
 
@@ -193,7 +196,7 @@ def _decode(block: bytes, repairs: Counter[str]) -> BlockEvents:
     return BlockEvents(frame, phases, repairs)
 
 
-def _decode_fast(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
+def _decode_fast(block: bytes, lazy: bool = False) -> tuple[pl.DataFrame | pl.LazyFrame, Counter[str]]:
     events = _FAST.decode(block)
     by_type = Counter(map(type, events))
     phases = Counter({_PHASE[t]: n for t, n in by_type.items()})
@@ -224,7 +227,9 @@ def _decode_fast(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     else:
         columns["dur"], constants["ph"] = dur, "X"  # no id nor arg_name: null
     del xs, rest
-    frame = build_frame(columns, constants)
+    frame = build_plan(columns, constants) if lazy else build_frame(columns, constants)
+    if isinstance(frame, pl.LazyFrame):
+        return frame, phases
     if frame["big"].any():
 
         def positions() -> list[int]:
