@@ -25,8 +25,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from pipebubble.analysis import schedules, whatif
-from pipebubble.analysis.intervals import merge
-from pipebubble.analysis.pipeline import PASSES, windows
+from pipebubble.analysis.pipeline import PASSES, unions, windows
 from pipebubble.errors import StageSpecError
 
 TOLERANCE = 0.05  # a replay further than this from the measured step gets a note saying why
@@ -45,15 +44,14 @@ class Calibration:
     note: str | None = None
 
 
-def actions(work: pl.DataFrame, p: int) -> pl.DataFrame:
+def actions(work: pl.DataFrame, p: int, wins: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per pass and step: S, E, compute (union ns), the chunk index ``c`` and virtual stage ``k``,
     and the end of the pass it depends on (``dep_end``, null for the first virtual stage's forwards) and of
-    the stage's previous pass (``prev_end``)."""
+    the stage's previous pass (``prev_end``). ``wins``: the work's step windows (``windows``), when known."""
     passes = work.filter(
         (pl.col("role") == "compute") & pl.col("phase").is_in(PASSES) & pl.col("microbatch").is_not_null()
     ).with_columns(c=(pl.col("chunk").rank("dense").over("stage").fill_null(1) - 1).cast(pl.Int64))
-    union = merge(passes, KEYS).group_by(KEYS).agg(compute=(pl.col("end") - pl.col("start")).sum())
-    acts = passes.group_by(KEYS).agg(S=pl.col("start").min(), E=pl.col("end").max()).join(union, on=KEYS)
+    acts = unions(passes, KEYS).select(*KEYS, S="start", E="end", compute="ns")
     last = (pl.col("c").max() + 1) * p - 1
     k = pl.col("c") * p + pl.col("stage")
     acts = acts.with_columns(phase=pl.col("phase").replace_strict(LETTER), k=k).with_columns(
@@ -66,7 +64,7 @@ def actions(work: pl.DataFrame, p: int) -> pl.DataFrame:
     )
     ends = acts.select("step", "microbatch", dep_phase="phase", dep_k="k", dep_end="E")
     acts = acts.join(ends, on=["step", "microbatch", "dep_phase", "dep_k"], how="left")
-    start = windows(work).select("step", "window_start")
+    start = (windows(work) if wins is None else wins).select("step", "window_start")
     return (
         acts.join(start, on="step")
         .sort("step", "stage", "S")
@@ -114,19 +112,20 @@ def _tails(work: pl.DataFrame, acts: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("end") > pl.col("last"))
         .with_columns(start=pl.max_horizontal("start", "last"))
     )
-    merged = merge(after, ["step", "stage"])
-    per_step = merged.group_by("step", "stage").agg(tail=(pl.col("end") - pl.col("start")).sum())
+    per_step = unions(after, ["step", "stage"]).select("step", "stage", tail="ns")
     return per_step.group_by("stage").agg(pl.col("tail").sum() // last["step"].n_unique())
 
 
-def replay_times(work: pl.DataFrame, p: int, m: int | None) -> whatif.StageTimes | None:
+def replay_times(
+    work: pl.DataFrame, p: int, m: int | None, wins: pl.DataFrame | None = None
+) -> whatif.StageTimes | None:
     """The replay inputs from the labelled work of complete, clipped steps: pass compute as
     ``pipeline.microbatch_times`` measures it, with the hops, set-up and tails that make each step's replay
     exact (per virtual stage too, in ``chunked``, when stages hold several chunks); None when m is unknown
-    or some stage lacks a forward or backward of some micro-batch."""
+    or some stage lacks a forward or backward of some micro-batch. ``wins``: the steps' windows, when known."""
     if not m or work.is_empty():
         return None
-    acts = _split_delays(actions(work, p))
+    acts = _split_delays(actions(work, p, wins))
     mbs = sorted(acts["microbatch"].unique().to_list())
     if len(mbs) != m:
         return None

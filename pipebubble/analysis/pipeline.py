@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.intervals import ENGINE, merge
 
 STEP_KEYS = ["step", "stage"]
+#: Times moved by ``unions`` stay below this (int64 holds 2**63).
+_MOVED_LIMIT = 2**62
 
 
 def complete_steps(work: pl.DataFrame) -> pl.DataFrame:
     """Work of the steps in which every stage computed."""
     stages = work["stage"].n_unique()
-    compute = work.filter(pl.col("role") == "compute")
-    full = compute.group_by("step").agg(pl.col("stage").n_unique().alias("n")).filter(pl.col("n") == stages)
-    return work.filter(pl.col("step").is_in(full["step"].implode()))
+    computed = pl.col("stage").filter(pl.col("role") == "compute").n_unique().over("step")
+    return work.filter(pl.col("step").is_not_null() & (computed == stages))
 
 
 PASSES = ("forward", "backward", "weight")
@@ -29,41 +30,53 @@ PASSES = ("forward", "backward", "weight")
 def windows(work: pl.DataFrame) -> pl.DataFrame:
     """W_k per step: first to last compute instant over all stages. With micro-batch passes known, their
     compute defines it (input creation or an optimizer step outside the schedule do not stretch it)."""
-    compute = work.filter(pl.col("role") == "compute")
-    passes = compute.filter(pl.col("phase").is_in(PASSES))
-    frame = passes if passes.height else compute
-    return frame.group_by("step").agg(window_start=pl.col("start").min(), window_end=pl.col("end").max()).sort("step")
+    is_pass = pl.col("phase").is_in(PASSES)
+    per_step = work.lazy().filter(pl.col("role") == "compute").group_by("step").agg(
+        passes=is_pass.sum(),
+        pass_start=pl.col("start").filter(is_pass).min(), pass_end=pl.col("end").filter(is_pass).max(),
+        any_start=pl.col("start").min(), any_end=pl.col("end").max(),
+    )
+    known = pl.col("passes").sum() > 0  # some step has passes: they alone define the windows
+    return (
+        per_step.filter(~known | (pl.col("passes") > 0))
+        .select("step", window_start=pl.when(known).then("pass_start").otherwise("any_start"),
+                window_end=pl.when(known).then("pass_end").otherwise("any_end"))
+        .sort("step")
+        .collect(engine=ENGINE)
+    )
 
 
 def clip_to_windows(work: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """Work cut to its step's window; what lies wholly outside is dropped."""
     return (
-        work.join(win, on="step")
+        work.lazy().join(win.lazy(), on="step")
         .with_columns(start=pl.max_horizontal("start", "window_start"), end=pl.min_horizontal("end", "window_end"))
         .filter(pl.col("end") > pl.col("start"))
         .drop("window_start", "window_end")
+        .collect(engine=ENGINE)
     )
 
 
-def stage_step_table(work: pl.DataFrame) -> pl.DataFrame:
-    """One row per (step, stage): busy, comm, first/last compute, fill, drain, idle, steady idle, per-phase time."""
-    win = windows(work)
-    work = clip_to_windows(work, win)
-    compute = merge(work.filter(pl.col("role") == "compute"), STEP_KEYS)
-    busy = compute.group_by(STEP_KEYS).agg(
-        busy_ns=(pl.col("end") - pl.col("start")).sum(), first=pl.col("start").min(), last=pl.col("end").max()
-    )
-    comm = _exposed_comm(work, win)
-    phases = _phase_time(work)
+def stage_step_table(work: pl.DataFrame, win: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (step, stage): busy, comm, first/last compute, fill, drain, idle, steady idle, per-phase time.
+    ``win``: the windows ``work`` is already clipped to (``windows``, ``clip_to_windows``), else found here."""
+    if win is None:
+        win = windows(work)
+        work = clip_to_windows(work, win)
+    compute = work.filter(pl.col("role") == "compute")
+    busy = unions(compute, STEP_KEYS).select(*STEP_KEYS, busy_ns="ns", first="start", last="end")
+    both = unions(work, STEP_KEYS).select(*STEP_KEYS, comm_ns="ns")  # |comm ∪ compute|, less |compute| below
+    phases = _phase_time(compute)
     table = (
-        busy.join(win, on="step", how="inner")
-        .join(comm, on=STEP_KEYS, how="left")
-        .join(phases, on=STEP_KEYS, how="left")
+        busy.lazy().join(win.lazy(), on="step", how="inner")
+        .join(both.lazy(), on=STEP_KEYS, how="left")
+        .join(phases.lazy(), on=STEP_KEYS, how="left")
     )
     window = pl.col("window_end") - pl.col("window_start")
     return (
         table.with_columns(
-            pl.col("comm_ns", "forward_ns", "backward_ns", "weight_ns").fill_null(0),
+            pl.col("forward_ns", "backward_ns", "weight_ns").fill_null(0),
+            comm_ns=(pl.col("comm_ns") - pl.col("busy_ns")).fill_null(0),
             idle_ns=window - pl.col("busy_ns"),
             fill_ns=pl.col("first") - pl.col("window_start"),
             drain_ns=pl.col("window_end") - pl.col("last"),
@@ -71,33 +84,48 @@ def stage_step_table(work: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns(steady_idle_ns=pl.col("idle_ns") - pl.col("fill_ns") - pl.col("drain_ns"))
         .sort(STEP_KEYS)
+        .collect(engine=ENGINE)
     )
 
 
-def _exposed_comm(clipped: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
-    """|comm ∪ compute| − |compute| inside W_k: communication time during which the stage did not compute."""
-    both = _union_len(clipped, "both")
-    only = _union_len(clipped.filter(pl.col("role") == "compute"), "compute")
-    return both.join(only, on=STEP_KEYS, how="left").select(
-        *STEP_KEYS, comm_ns=pl.col("both") - pl.col("compute").fill_null(0)
-    )
-
-
-def _union_len(frame: pl.DataFrame, name: str) -> pl.DataFrame:
-    merged = merge(frame, STEP_KEYS)
-    return merged.group_by(STEP_KEYS).agg((pl.col("end") - pl.col("start")).sum().alias(name))
-
-
-def _phase_time(work: pl.DataFrame) -> pl.DataFrame:
+def _phase_time(compute: pl.DataFrame) -> pl.DataFrame:
     """Compute time per pass kind (union within each pass kind)."""
-    compute = work.filter((pl.col("role") == "compute") & pl.col("phase").is_in(["forward", "backward", "weight"]))
-    merged = merge(compute, [*STEP_KEYS, "phase"])
-    per = merged.group_by(*STEP_KEYS, "phase").agg((pl.col("end") - pl.col("start")).sum().alias("ns"))
+    per = unions(compute.filter(pl.col("phase").is_in(PASSES)), [*STEP_KEYS, "phase"])
     wide = per.pivot(on="phase", index=STEP_KEYS, values="ns")
     for phase in ("forward", "backward", "weight"):
         if phase not in wide.columns:
             wide = wide.with_columns(pl.lit(0, pl.Int64).alias(phase))
     return wide.select(*STEP_KEYS, forward_ns="forward", backward_ns="backward", weight_ns="weight")
+
+
+def unions(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per group of ``by`` (one or more columns): ``ns``, the length of the union of its intervals, and its
+    first ``start`` and last ``end``. A pass is a group of a few spans and a job has thousands of them, and a
+    window per group (``merge``'s) costs per group: here the rows are sorted once, each group is numbered
+    where its keys change, and its times are moved above every earlier group's (number × the time width), so
+    that the running maximum of the ends within every group is one cumulative maximum over the whole frame.
+    Each interval adds what of it lies past the ends before it in its group (sorted by start, the union
+    before it covers everything from its start to that running maximum)."""
+    if frame.is_empty():
+        return pl.DataFrame(schema={**{k: frame.schema[k] for k in by}, "ns": pl.Int64, "start": pl.Int64,
+                                    "end": pl.Int64})
+    lo, hi = frame["start"].min(), frame["end"].max()
+    missing = frame["start"].null_count() + frame["end"].null_count()
+    if missing or (frame.height + 1) * (hi - lo + 1) >= _MOVED_LIMIT:
+        return merge(frame, by).group_by(by).agg(
+            ns=(pl.col("end") - pl.col("start")).sum(), start=pl.col("start").min(), end=pl.col("end").max()
+        )
+    first = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in by)
+    offset = first.cum_sum().cast(pl.Int64) * (hi - lo + 1) - lo
+    before = (pl.col("end") + offset).cum_max().shift(1) - offset  # the previous rows' running maximum
+    beyond = pl.when(first).then(pl.col("end") - pl.col("start")).otherwise(
+        (pl.col("end") - pl.max_horizontal("start", before)).clip(0)
+    )
+    return (
+        frame.lazy().select(*by, "start", "end").sort(*by, "start").with_columns(ns=beyond)
+        .group_by(by).agg(pl.col("ns").sum(), start=pl.col("start").min(), end=pl.col("end").max())
+        .collect(engine=ENGINE)
+    )
 
 
 def microbatch_times(work: pl.DataFrame) -> pl.DataFrame:
@@ -107,10 +135,7 @@ def microbatch_times(work: pl.DataFrame) -> pl.DataFrame:
         & pl.col("phase").is_in(["forward", "backward", "weight"])
         & pl.col("microbatch").is_not_null()
     )
-    merged = merge(compute, ["step", "stage", "microbatch", "phase"])
-    per = merged.group_by("step", "stage", "microbatch", "phase").agg(
-        (pl.col("end") - pl.col("start")).sum().alias("ns")
-    )
+    per = unions(compute, ["step", "stage", "microbatch", "phase"])
     return (
         per.group_by("stage", "microbatch", "phase")
         .agg(pl.col("ns").mean().round().cast(pl.Int64))
@@ -127,13 +152,14 @@ def microbatch_counts(work: pl.DataFrame) -> dict[int, int]:
     return dict(counts.iter_rows())
 
 
-def detect_schedule(work: pl.DataFrame) -> tuple[str | None, int, int | None]:
-    """(schedule, chunks per stage, micro-batches) from each stage's pass order in its first complete step."""
+def detect_schedule(work: pl.DataFrame, counts: dict[int, int] | None = None) -> tuple[str | None, int, int | None]:
+    """(schedule, chunks per stage, micro-batches) from each stage's pass order in its first complete step
+    (``counts``: ``microbatch_counts(work)``, when the caller has them)."""
     passes = work.filter(pl.col("phase").is_in(["forward", "backward", "weight"]) & pl.col("microbatch").is_not_null())
     if passes.is_empty():
         return None, 1, None
     first = passes.filter(pl.col("step") == pl.col("step").min())
-    counts = list(microbatch_counts(work).values())
+    counts = list((microbatch_counts(work) if counts is None else counts).values())
     m = max(set(counts), key=lambda c: (counts.count(c), c)) if counts else int(first["microbatch"].n_unique())
     chunks = int(first.group_by("stage").agg(pl.col("chunk").n_unique())["chunk"].max() or 1)
     if not first.filter(pl.col("phase") == "backward").height:

@@ -133,9 +133,10 @@ def reduce_stages(
         return PipelineSection()
     wins = pm.windows(work)
     work = pm.clip_to_windows(work, wins)
-    table = pm.stage_step_table(work)
-    schedule, chunks, m = pm.detect_schedule(work)
-    stage_rows = _stages(table, work, names, p)
+    table = pm.stage_step_table(work, wins)
+    counts = pm.microbatch_counts(work)
+    schedule, chunks, m = pm.detect_schedule(work, counts)
+    stage_rows = _stages(table, work, names, counts)
     if len(stage_rows) < min(p, 2) or not _measurable(wins):
         return PipelineSection()  # no two stages with work of any length: nothing pipeline-shaped to measure
     recvs, per, paired = pp.reduce_pipeline(ops, labelled, wins) if p >= 2 else (None, {}, None)
@@ -155,7 +156,7 @@ def _measurable(wins: pl.DataFrame) -> bool:
     return bool(wins.height) and bool(wins.select((pl.col("window_end") > pl.col("window_start")).all()).item())
 
 
-def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -> list[Stage]:
+def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], counts: dict[int, int]) -> list[Stage]:
     sums = (
         table.group_by("stage")
         .agg(
@@ -178,7 +179,6 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], p: int) -
     lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
     per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
     of_stage = dict(per_mb.group_by("stage").agg("ns").iter_rows())
-    counts = pm.microbatch_counts(work)
     out = []
     for row in sums.join(lanes, on="stage").sort("stage").iter_rows(named=True):
         mb = of_stage.get(row["stage"], [])

@@ -25,7 +25,7 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
     with_comm = [s.busy_ns + s.comm_ns for s in stage_rows]
     steps = len(wins)
     step_ns = window // steps if steps else 0
-    times = calibrate.replay_times(work, p, m)
+    times = calibrate.replay_times(work, p, m, wins)
     cal = calibrate.calibration_or_none(times, schedule, chunks, step_ns, work)
     theory = _theory(schedule, p, m, chunks, stage_rows)
     notes = _notes(facts, schedule, m, times, stage_rows) + ([cal.note] if cal and cal.note else [])

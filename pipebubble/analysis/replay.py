@@ -198,7 +198,8 @@ def simulate(schedule: Schedule, times: StageTimes) -> Simulation:
     deps, crosses = _links(p, schedule.microbatches, schedule.chunks)
     durations, setups, hops = _tables(schedule, times)
     n = len(keys) // p if p else 0
-    end, stop = _walk(keys, deps, list(map(add, setups, durations)), list(map(mul, hops, crosses)), p, n)
+    cost = list(map(add, setups, durations)) if any(setups) else durations
+    end, stop = _walk(keys, deps, cost, list(map(mul, hops, crosses)) if any(hops) else hops, p, n)
     stuck = [f"stage {s} waits at {order[at - s * n]}" for s, (order, at) in
              enumerate(zip(schedule.orders, stop, strict=True)) if at < (s + 1) * n]
     if stuck:
@@ -265,8 +266,8 @@ def _phases(split: bool, grids: tuple[Grid, Grid, Grid | None], halves: bool) ->
     if weight is not None:
         return forward, backward, weight
     if halves:
-        return forward, tuple(tuple(b - b // 2 for b in row) for row in backward), tuple(
-            tuple(b // 2 for b in row) for row in backward)
+        weight = tuple(tuple(map(floordiv, row, repeat(2))) for row in backward)
+        return forward, tuple(tuple(map(sub, row, half)) for row, half in zip(backward, weight, strict=True)), weight
     return forward, backward, tuple((0,) * len(row) for row in backward)
 
 

@@ -172,14 +172,13 @@ def numbered(schedule: Schedule) -> list[int] | None:
     stages, so the first stage's are read and the rest looked up by identity (others are read one by one):
     a schedule of many stages holds many actions."""
     p, m, v = schedule.stages, schedule.microbatches, schedule.chunks
-    flat = list(chain.from_iterable(schedule.orders))
-    ids = list(map(id, flat))
     known = {id(a): _base(a, p, m, v) for a in schedule.orders[0]} if schedule.orders else {}
-    codes = list(map(known.get, ids))
+    codes = list(map(known.get, map(id, chain.from_iterable(schedule.orders))))
     if None in codes:  # actions of their own on later stages (orders written out by hand)
+        flat = list(chain.from_iterable(schedule.orders))
         known.update((id(a), _base(a, p, m, v)) for a in flat)
-        codes = list(map(known.get, ids))
-    if -1 in codes:
+        codes = list(map(known.get, map(id, flat)))
+    if -1 in known.values():  # every action known is one of the orders'
         return None
     stage = chain.from_iterable(map(repeat, range(len(schedule.orders)), map(len, schedule.orders)))
     return list(map(add, codes, stage))
