@@ -148,6 +148,7 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
             spans, options.serving.step_regex)
         nodes, blocks, steps = (_by(critical.nodes, "who"), _by(critical.blocks, "who"), _by(critical.steps, "who"))
         served = has_request_events(spans)  # looked for once over the batch, not once a file
+        no_bins = empty_bins()
         for n, k in enumerate(together):
             rank, first = ranks[k], n == 0
             parts[k] = _part(
@@ -157,7 +158,7 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
                          p2p.get(rank, comm.p2p.clear()), windows.get(rank, comm.windows.clear())),
                 _gpu_share(gpu, rank, first), stages.get(rank, _ALONE),
                 _ALONE if engines is None or rank in engines else (None, []),
-                strips.get(rank, empty_bins()),
+                strips.get(rank, no_bins),
                 CriticalPart(nodes.get(rank, critical.nodes.clear()), blocks.get(rank, critical.blocks.clear()),
                              steps.get(rank, critical.steps.clear())),
                 _ALONE if served or results[k].requests is not None else None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, top_level
+from pipebubble.analysis.intervals import ENGINE, engine_for, top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.report import THIN_CALLS, CollectiveCall, CollectiveRank, Collectives, Support, Wait
 from pipebubble.spans import COMM_NAMES
@@ -120,7 +120,7 @@ def participant_windows(spans: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     windows = spans.lazy().with_columns(who=participant()).group_by("who").agg(
         rank=pl.col("rank").first(), lane=pl.lit(None, pl.String), start=pl.col("start").min(), end=pl.col("end").max()
     ).with_columns(kind=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64), by_name=pl.lit(None, pl.Boolean))
-    return windows.collect()
+    return windows.collect(engine=engine_for(spans))
 
 
 _SCHEMA = {"who": pl.Int64, "rank": pl.Int32, "lane": pl.String, "kind": pl.String, "seq": pl.Int64,

@@ -40,6 +40,14 @@ def _pieces(swept: pl.LazyFrame, keep: list[str], start: str, end: str) -> pl.La
 #: The engine an analysis's lazy queries run on: their frames are small to middling, and polars' default
 #: engine takes about twice as long as the in-memory one to start a query on them.
 ENGINE = "in-memory"
+
+
+def engine_for(frame: pl.DataFrame | pl.LazyFrame) -> str:
+    """``ENGINE`` for a table in memory; the streaming engine for a query over a lazy scan (a spilled
+    table's Parquet parts), which the in-memory engine would read whole to answer."""
+    return "streaming" if isinstance(frame, pl.LazyFrame) else ENGINE
+
+
 #: Above this many rows, a frame is merged in one cumulative pass (``_flat``).
 _FLAT_ROWS = 10_000
 #: Moved times stay below this (int64 holds 2**63).

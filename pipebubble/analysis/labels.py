@@ -32,7 +32,7 @@ import re
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, top_level
+from pipebubble.analysis.intervals import ENGINE, engine_for, top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.options import check_regex
 from pipebubble.spans import CPU_WORK, GPU_WORK
@@ -107,7 +107,7 @@ def _chosen(spans: pl.DataFrame, microbatch_regex: str | None) -> tuple[pl.LazyF
 def label_choices(spans: pl.DataFrame, microbatch_regex: str | None = None) -> dict[int, str | None]:
     """Per rank, the pattern ``label_spans`` would choose on that rank's spans alone, in one pass over the
     distinct names: ``custom`` (a custom regex found among annotations), ``custom:work`` (among work spans),
-    a built-in pattern's name, or None."""
+    a built-in pattern's name, or None. A spilled table's scan is read in a stream, never whole."""
     candidates = [(name, regex, pl.col("kind") == "annotation") for name, regex in LABEL_PATTERNS]
     if microbatch_regex:
         check_regex(microbatch_regex)
@@ -116,7 +116,7 @@ def label_choices(spans: pl.DataFrame, microbatch_regex: str | None = None) -> d
     names = spans.lazy().select("rank", "kind", "name").unique()
     found = names.group_by("rank").agg(
         (among & pl.col("name").str.contains(regex)).any().alias(name) for name, regex, among in candidates
-    ).collect(engine=ENGINE)
+    ).collect(engine=engine_for(spans))
     return {row[0]: next((name for (name, _, _), hit in zip(candidates, row[1:], strict=True) if hit), None)
             for row in found.iter_rows()}
 

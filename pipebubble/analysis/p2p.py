@@ -135,13 +135,13 @@ def stage_of(rows: pl.DataFrame, work: pl.DataFrame) -> dict[int, int]:
     lanes), the most common."""
     if rows.is_empty() or work.is_empty():
         return {}
-    lanes = work.select("stage", "lane").unique()
-    exact = rows.join(lanes, on="lane")
+    lanes = work.lazy().select("stage", "lane").unique()
+    exact = rows.lazy().join(lanes, on="lane")
     prefix = pl.col("lane").str.split("/").list.first()
-    loose = rows.with_columns(key=prefix).join(lanes.with_columns(key=prefix).drop("lane").unique(), on="key")
-    loose = loose.filter(~pl.col("who").is_in(exact["who"].unique().implode()))
+    loose = rows.lazy().with_columns(key=prefix).join(lanes.with_columns(key=prefix).drop("lane").unique(), on="key")
+    loose = loose.join(exact.select("who").unique(), on="who", how="anti")
     both = pl.concat([exact.select("who", "stage"), loose.select("who", "stage")])
-    per = both.group_by("who").agg(pl.col("stage").mode().min())
+    per = both.group_by("who").agg(pl.col("stage").mode().min()).collect(engine=ENGINE)
     return {int(w): int(s) for w, s in per.iter_rows()}
 
 
@@ -154,9 +154,9 @@ def match(
     if rows.is_empty():
         return pl.DataFrame(schema=PAIR_SCHEMA), {}
     rows = _infer_peers(rows.with_row_index("row"), stages or {}, passes)
-    known = rows.filter(pl.col("peer").is_not_null())
-    unknown = rows.height - known.height
-    known = known.sort("who", "start", "end").with_columns(seq=pl.int_range(pl.len()).over("who", "direction", "peer"))
+    unknown = rows["peer"].null_count()
+    known = rows.lazy().filter(pl.col("peer").is_not_null()).sort("who", "start", "end")
+    known = known.with_columns(seq=pl.int_range(pl.len()).over("who", "direction", "peer"))
     sends = known.filter(pl.col("direction") == "send")
     recvs = known.filter(pl.col("direction") == "recv")
     cols = ["start", "end", "bytes", "tag", "microbatch", "row"]
@@ -170,25 +170,26 @@ def match(
 
     clash = differ("bytes") | differ("tag")
     mb = differ("microbatch")
-    good = joined.filter(~clash & ~mb)
+    joined = joined.with_columns(clash=clash, mb=mb & ~clash).collect(engine=ENGINE)
     recv_len = pl.col("end_r") - pl.col("start_r")
     wait = (pl.col("start") - pl.col("start_r")).clip(0).clip(upper_bound=recv_len)
-    pairs = good.select(
+    pairs = joined.lazy().filter(~pl.col("clash") & ~pl.col("mb")).select(
         send_who="who", recv_who="peer", seq="seq", send_start="start", send_end="end", recv_start="start_r",
         recv_end="end_r", bytes=pl.coalesce("bytes", "bytes_r"), tag=pl.coalesce("tag", "tag_r"), wait=wait,
     ).with_columns(transfer=pl.col("recv_end") - pl.col("recv_start") - pl.col("wait")).cast(PAIR_SCHEMA)
-    paired = set(good["row"].to_list()) | set(good["row_r"].to_list())
-    left = known.filter(~pl.col("row").is_in(list(paired)))
+    matched = joined.lazy().select(pl.concat_list("row", "row_r").alias("row")).explode("row")
+    lone = known.join(matched, on="row", how="anti").group_by("direction").len()
+    clashes = joined.lazy().select(pl.col("clash").sum(), pl.col("mb").sum())
+    pairs, lone, clashes = pl.collect_all([pairs.sort("recv_who", "recv_start"), lone, clashes], engine=ENGINE)
+    alone = dict(lone.iter_rows())
     counts = {
         "peer unknown": unknown,
-        "size or tag differ": 2 * int(joined.filter(clash).height),
-        "micro-batch differs": 2 * int(joined.filter(mb & ~clash).height),
+        "size or tag differ": 2 * int(clashes["clash"][0]),
+        "micro-batch differs": 2 * int(clashes["mb"][0]),
+        "no matching recv": int(alone.get("send", 0)),
+        "no matching send": int(alone.get("recv", 0)),
     }
-    clashed = set(joined.filter(clash | mb)["row"].to_list()) | set(joined.filter(clash | mb)["row_r"].to_list())
-    lone = left.filter(~pl.col("row").is_in(list(clashed)))
-    counts["no matching recv"] = int(lone.filter(pl.col("direction") == "send").height)
-    counts["no matching send"] = int(lone.filter(pl.col("direction") == "recv").height)
-    return pairs.sort("recv_who", "recv_start"), {k: v for k, v in counts.items() if v}
+    return pairs, {k: v for k, v in counts.items() if v}
 
 
 def pair(rows: pl.DataFrame, stages: dict[int, int] | None = None, passes: pl.DataFrame | None = None) -> pl.DataFrame:

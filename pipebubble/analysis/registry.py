@@ -17,7 +17,7 @@ import polars as pl
 from pipebubble.analysis.breakdown import GpuPart, gpu_part
 from pipebubble.analysis.collectives import NCCL_NVTX, collective_part, comm_ranges
 from pipebubble.analysis.interference import interference
-from pipebubble.analysis.intervals import ENGINE
+from pipebubble.analysis.intervals import engine_for
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
 from pipebubble.analysis.p2p import p2p_part
@@ -81,7 +81,7 @@ def serving_ranks(spans: pl.DataFrame, options: Options) -> set[int] | None:
                 | ((pl.col("kind") == "runtime") & pl.col("name").str.contains(GRAPH_LAUNCH))).any(),
     )
     engine = pl.col("label") | (~pl.col("training") & (pl.col("frame") | pl.col("decode")))
-    return set(signs.filter(engine).select("rank").collect(engine=ENGINE)["rank"].to_list())
+    return set(signs.filter(engine).select("rank").collect(engine=engine_for(spans))["rank"].to_list())
 
 
 def may_hold_steps(spans: pl.LazyFrame, options: Options) -> bool:
@@ -91,7 +91,7 @@ def may_hold_steps(spans: pl.LazyFrame, options: Options) -> bool:
     names = spans.filter(pl.col("kind") == "annotation").select(pl.col("name").unique())
     regexes = [options.serving.step_regex] if options.serving.step_regex else [
         *(regex for _, regex in STEP_LABELS), STEP_FRAMES]
-    return bool(names.select(_named_like(regexes).any()).collect().item())
+    return bool(names.select(_named_like(regexes).any()).collect(engine=engine_for(spans)).item())
 
 
 def _named_like(regexes) -> pl.Expr:

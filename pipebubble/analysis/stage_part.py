@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.analysis.intervals import ENGINE, engine_for, merge
 from pipebubble.analysis.labels import label_choices
 from pipebubble.analysis.stages import assign, pipeline_group
 from pipebubble.analysis.work import WORK_SCHEMA, labelled_work, stage_work
@@ -130,7 +130,7 @@ def _ranks_sending(spans: pl.DataFrame | pl.LazyFrame) -> set[int]:
     """The ranks whose CPU ranges name a send or receive (a rank of None where the trace names none)."""
     ranges = spans.lazy().filter(pl.col("device").is_null() & pl.col("kind").is_in(["cpu_op", "annotation", "comm"]))
     names = ranges.select("rank", "name").unique().filter(pl.col("name").str.contains(P2P_NAMES))
-    return set(names.select(pl.col("rank").unique()).collect(engine=ENGINE)["rank"].to_list())
+    return set(names.select(pl.col("rank").unique()).collect(engine=engine_for(spans))["rank"].to_list())
 
 
 def _gpus(spans: pl.DataFrame) -> dict[int, int]:

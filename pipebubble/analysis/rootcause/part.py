@@ -107,8 +107,43 @@ def _unions(spans: pl.DataFrame) -> pl.DataFrame:
 
 def _covered(points: pl.DataFrame, unions: pl.DataFrame, ats: tuple[str, ...]) -> pl.DataFrame:
     """``points`` (row, who and the times ``ats``) with each union's length before each time (a column
-    ``{at}_{union}`` each): the intervals before it in full, the one holding it up to it. One query for
-    every time and union."""
+    ``{at}_{union}`` each): the intervals before it in full, the one holding it up to it. Each (participant,
+    union) is a stretch of one sorted int64 key, so every time of every union is found by one binary search
+    (``_searched``); where those keys would not fit in int64, by one as-of query (``_joined``)."""
+    names = sorted(unions["cls"].unique().to_list())
+    whos = pl.concat([unions["who"], points["who"]]).unique().sort()
+    every = pl.concat([unions["start"], unions["end"], *(points[at] for at in ats)])
+    lo, hi = every.min(), every.max()
+    if lo is None or whos.null_count() or (hi - lo + 1) * whos.len() * len(names) >= 2**62:  # type: ignore[operator]
+        return _joined(points, unions, ats)
+    return _searched(points, unions, ats, names, whos, (lo, hi - lo + 1))  # type: ignore[operator]
+
+
+def _searched(points: pl.DataFrame, unions: pl.DataFrame, ats: tuple[str, ...], names: list[str],
+              whos: pl.Series, frame: tuple[int, int]) -> pl.DataFrame:
+    """``_covered`` by binary search: an interval's key is ``group * width + start - lo`` (``group``: its
+    participant's and union's number), a time's the same with its own group, so the last interval of the
+    group starting at or before the time is the last key at or below it, when that key is of its group."""
+    lo, width = frame
+    code = pl.col("cls").replace_strict(names, list(range(len(names))), return_dtype=pl.Int64)
+    group = pl.lit(whos).search_sorted(pl.col("who")).cast(pl.Int64) * len(names) + code
+    marks = unions.select("before", "start", "end", key=group * width + pl.col("start") - lo).sort("key")
+    base = whos.search_sorted(points["who"]).cast(pl.Int64) * len(names)
+    groups = pl.concat([base + j for _ in ats for j in range(len(names))])
+    times = pl.concat([points[at] for at in ats for _ in names])
+    found = marks["key"].search_sorted(groups * width + times - lo, side="right").cast(pl.Int64) - 1
+    hit = marks.select(pl.all().gather(found.clip(0)))
+    mine = (found >= 0) & times.is_not_null() & (hit["key"] // width == groups)
+    length = hit["before"] + pl.min_horizontal(times, hit["end"]) - hit["start"]
+    ns = pl.select(ns=pl.when(mine).then(length).otherwise(0).fill_null(0))["ns"]
+    n = points.height
+    return pl.DataFrame({"row": points["row"], **{
+        f"{at}_{cls}": ns.slice((k * len(names) + j) * n, n) for k, at in enumerate(ats) for j, cls in enumerate(names)
+    }})
+
+
+def _joined(points: pl.DataFrame, unions: pl.DataFrame, ats: tuple[str, ...]) -> pl.DataFrame:
+    """``_covered`` in one as-of query for every time and union."""
     times = points.lazy().unpivot(list(ats), index=["row", "who"], variable_name="at", value_name="t")
     probe = times.join(unions.lazy().select("cls").unique(), how="cross").sort("t")
     hit = probe.join_asof(unions.lazy().sort("start"), left_on="t", right_on="start", by=["who", "cls"],
