@@ -217,20 +217,29 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     alone = options.files == 1
-    steps = serving_part(scan.filter(pl.col("kind") == "annotation").collect(), options)[0] if (
-        alone and may_hold_steps(scan, options)) else None  # several files: serving_ranks below tells
-    rows = budget.rows_per_window()
+    rows, groups = budget.rows_per_window(), result.meta.get("pg_config")
+
+    def lean() -> bool:
+        """Whether the parts left need no more than nothing (a file alone: no engine steps among its
+        annotations, no stage) or the communication rows (several files: ``serving_ranks`` tells)."""
+        if alone:
+            annotations = scan.filter(pl.col("kind") == "annotation")
+            if may_hold_steps(scan, options) and serving_part(annotations.collect(), options)[0] is not None:
+                return False
+            return not holds_stages(scan, options.pipeline, groups)
+        return no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set()
+
     with ThreadPoolExecutor(1) as thread:  # each pass alone leaves a core idle much of the time
         lanes = thread.submit(lane_table_windowed, scan, rows // 2)
+        told = thread.submit(lean)  # after the lanes, beside the breakdown
         gpu, warning = _breakdown_windowed(scan, Path(result.meta["spill"]), options, rows // 2)
-        lanes = lanes.result()
+        lanes, lean_enough = lanes.result(), told.result()
     if warning:
         result = replace(result, warnings=[*result.warnings, warning])
-    groups = result.meta.get("pg_config")
     account = replace(result, spans=result.spans.clear(), memory=None, requests=None)
-    if alone and steps is None and not holds_stages(scan, options.pipeline, groups):
+    if alone and lean_enough:
         return FilePart(account, lanes, None, None, [], None, gpu, _memory(result, scan, None))
-    if not alone and no_evidence(scan, options.pipeline, groups) and serving_ranks(scan, options) == set():
+    if not alone and lean_enough:
         spans = comm_rows(scan)
         comm = comm_of(spans, participant_windows(scan))
         part = stages_part(spans, options, result.meta)

@@ -1,11 +1,13 @@
 """The ways a spilled trace's GPU breakdown is read: a trace whose GPU operations fit one window holds them,
 writes no narrow copies and changes no number; one that needs several windows writes its copies, and on a
 full volume keeps them in memory with a warning. And the merges both lean on give the plain sort's answer for
-keys of every kind (categories, enums, nulls)."""
+keys of every kind (categories, enums, nulls); the breakdown's five unions merged from one sort equal each
+merged alone; and whether a scan holds stages is told from its distinct names as from the whole table."""
 
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 
 import polars as pl
 import pytest
@@ -113,3 +115,46 @@ def test_windowed_lanes_of_a_real_trace_equal_the_whole_tables(rows):
 
     spans = read_file(shared("kineto", "mi250_rocm_toy_train.json.gz"), use_cache=False).spans
     assert lane_table_windowed(spans.lazy(), rows).equals(lane_table(spans))
+
+
+classed = st.lists(
+    st.tuples(st.sampled_from(["gpu0", "gpu1", None]), st.sampled_from(["compute", "comm", "memcpy", "memset"]),
+              st.integers(0, 80), st.integers(0, 12)),
+    min_size=1, max_size=80,
+)
+UNIONS = {"compute": ["compute"], "comm": ["comm"], "memory": ["memcpy", "memset"], "busy": ["compute", "comm"],
+          "all": ["compute", "comm", "memcpy", "memset"], "none": []}
+
+
+@settings(max_examples=150, deadline=None)
+@given(classed, st.booleans())
+def test_unions_merged_from_one_sort_equal_each_union_merged_alone(rows, flat):
+    table = pl.DataFrame([(g, c, s, s + d) for g, c, s, d in rows], schema=["lane", "cls", "start", "end"],
+                         orient="row")
+    at = intervals._FLAT_ROWS
+    intervals._FLAT_ROWS = 0 if flat else 10**9
+    try:
+        each = intervals.merge_each(table, ["lane"], "cls", UNIONS)
+    finally:
+        intervals._FLAT_ROWS = at
+    assert each["cls"].dtype == pl.Enum(list(UNIONS))
+    for name, values in UNIONS.items():
+        alone = intervals.merge(table.filter(pl.col("cls").is_in(values)), ["lane"])
+        assert each.filter(pl.col("cls") == name).drop("cls").rows() == alone.rows(), name
+
+
+@pytest.mark.parametrize("trace", [TRACE, ("kineto", "recsys_128rank_sampled_rank-0.json.gz"),
+                                   ("kineto", "mi250_rocm_toy_train.json.gz")])
+def test_whether_a_scan_holds_stages_is_told_from_its_distinct_names_as_from_the_whole_table(trace):
+    from pipebubble.analysis import stage_part
+    from pipebubble.ingest import read_file
+    from pipebubble.options import PipelineOptions
+
+    spans = read_file(shared(*trace), use_cache=False).spans
+    for options in (PipelineOptions(), PipelineOptions(stages=replace(PipelineOptions().stages,
+                                                                      microbatch_regex=r"(?P<mb>\d+)$"))):
+        whole = (not stage_part.one_stage(spans)) or stage_part._one_stage_of_many(spans, options, None)
+        assert stage_part.holds_stages(spans.lazy(), options, None) == whole
+        sending = bool(stage_part._ranks_sending(spans))
+        bare = not stage_part._one_stage_of_many(spans, options, None) and not sending
+        assert stage_part.no_evidence(spans.lazy(), options, None) == bare

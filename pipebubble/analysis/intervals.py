@@ -62,39 +62,88 @@ def _flat(frame: pl.DataFrame, by: list[str], start: str, end: str) -> pl.DataFr
     of strings and times compared row by row (3× faster to sort), and no group sees another's ends. Only the
     numbers and moved times are sorted and swept; the groups' keys join the (fewer) pieces after.
     None where the moved times could overflow, or a time is missing."""
+    moved = _moved(frame, by, start, end, [])
+    if moved is None:
+        return None
+    groups, rows, offset = moved
+    return _keyed(_swept(rows, start, end, offset), groups, by, [start, end]).collect(engine=ENGINE)
+
+
+def _moved(frame: pl.DataFrame, by: list[str], start: str, end: str, keep: list[str]
+           ) -> tuple[pl.DataFrame, pl.LazyFrame, pl.Expr] | None:
+    """The groups (``_numbered``), ``frame``'s rows sorted by their moved start (``_GROUP``, ``keep``, moved
+    ``start`` and end as ``reach``) and the offset that moved them; None where the moved times could
+    overflow, or a time is missing."""
     lo, hi, missing = frame.select(
         lo=pl.col(start).min(), hi=pl.col(end).max(), missing=pl.col(start).null_count() + pl.col(end).null_count()
     ).row(0)
     if missing:
         return None
-    groups, numbered = _numbered(frame, by, start, end)
+    groups, numbered = _numbered(frame, by, start, end, keep)
     if (groups.height + 1) * (hi - lo + 1) >= _FLAT_LIMIT:
         return None
     offset = pl.col(_GROUP).cast(pl.Int64) * (hi - lo + 1) - lo  # group g's times land in [g·width, (g+1)·width)
-    moved = numbered.select(_GROUP, pl.col(start) + offset, reach=pl.col(end) + offset).sort(start)
-    swept = moved.with_columns(pl.col("reach").cum_max()).with_columns(
+    moved = numbered.select(_GROUP, *keep, pl.col(start) + offset, reach=pl.col(end) + offset).sort(start)
+    return groups, moved, offset
+
+
+def _swept(moved: pl.LazyFrame, start: str, end: str, offset: pl.Expr) -> pl.LazyFrame:
+    """The merged intervals (``_GROUP``, ``start``, ``end``, back on their own times) of rows sorted by their
+    moved start (``_moved``): one running maximum over them all, as no group's times reach another's."""
+    swept = moved.select(_GROUP, start, reach=pl.col("reach").cum_max()).with_columns(
         opens=(pl.col(start) > pl.col("reach").shift(1)).fill_null(True)
     )
-    pieces = _pieces(swept, [_GROUP], start, end).select(_GROUP, pl.col(start, end) - offset)
+    return _pieces(swept, [_GROUP], start, end).select(_GROUP, pl.col(start, end) - offset)
+
+
+def _keyed(pieces: pl.LazyFrame, groups: pl.DataFrame, by: list[str], columns: list[str]) -> pl.LazyFrame:
+    """``pieces`` (with ``_GROUP``) with their groups' keys ``by`` joined back, in their order: ``by`` +
+    ``columns``."""
     keyed = pieces.join(groups.lazy(), on=_GROUP, how="left", maintain_order="left") if by else pieces
-    return keyed.select(*by, start, end).collect(engine=ENGINE)
+    return keyed.select(*by, *columns)
 
 
-def _numbered(frame: pl.DataFrame, by: list[str], start: str, end: str) -> tuple[pl.DataFrame, pl.LazyFrame]:
+def merge_each(frame: pl.DataFrame, by: list[str], column: str, unions: dict[str, list[str]],
+               start: str = "start", end: str = "end") -> pl.DataFrame:
+    """Several unions of ``frame``'s rows at once: for each name of ``unions``, ``merge`` (per group ``by``)
+    of the rows whose ``column`` is one of its values. Columns ``by`` + ``column`` (the union's name, an
+    ``Enum`` of the names: cheap to group by) + ``start``, ``end``; the unions in the order given, each
+    sorted as ``merge`` sorts.
+
+    A big frame is sorted once for them all (``_moved``); each union is then one sweep over its rows, which
+    stay in order when filtered (a union of others' rows costs no second sort)."""
+    names = pl.Enum(list(unions))
+    moved = _moved(frame, by, start, end, [column]) if frame.height >= _FLAT_ROWS else None
+    if moved is None:  # the unions' rows copied, tagged by union, and merged as one frame
+        tagged = pl.concat([frame.lazy().filter(pl.col(column).is_in(values)).select(
+            *by, pl.lit(name, names).alias(column), start, end) for name, values in unions.items()])
+        return merge(tagged.collect(engine=ENGINE), [column, *by], start, end).select(*by, column, start, end)
+    groups, rows, offset = moved
+    rows = rows.collect(engine=ENGINE).lazy()
+    pieces = [
+        _swept(rows.filter(pl.col(column).is_in(values)), start, end, offset).with_columns(
+            pl.lit(name, names).alias(column))
+        for name, values in unions.items()
+    ]
+    return _keyed(pl.concat(pieces), groups, by, [column, start, end]).collect(engine=ENGINE)
+
+
+def _numbered(frame: pl.DataFrame, by: list[str], start: str, end: str, keep: list[str] | None = None
+              ) -> tuple[pl.DataFrame, pl.LazyFrame]:
     """The groups (``by`` in sort order, nulls first as in a sort, with their number ``_GROUP``: 0, 1, ...)
-    and the rows' times with each one's group number. One key's sorted distinct values are replaced by their
-    places (faster than a join)."""
-    lazy = frame.lazy()
+    and the rows' times (and columns ``keep``) with each one's group number. One key's sorted distinct
+    values are replaced by their places (faster than a join)."""
+    lazy, keep = frame.lazy(), keep or []
     if not by:
         return pl.DataFrame({_GROUP: [0]}, schema={_GROUP: pl.UInt32}), lazy.select(
-            pl.lit(0, pl.UInt32).alias(_GROUP), start, end)
+            pl.lit(0, pl.UInt32).alias(_GROUP), *keep, start, end)
     if len(by) == 1:
         values = frame.get_column(by[0]).unique().sort()
         number = pl.col(by[0]).replace_strict(values, pl.Series(range(values.len()), dtype=pl.UInt32))
         groups = values.to_frame().with_row_index(_GROUP).cast({_GROUP: pl.UInt32})
-        return groups, lazy.select(number.alias(_GROUP), start, end)
+        return groups, lazy.select(number.alias(_GROUP), *keep, start, end)
     groups = frame.select(by).unique().sort(by).with_row_index(_GROUP)
-    return groups, lazy.join(groups.lazy(), on=by, how="left", nulls_equal=True).select(_GROUP, start, end)
+    return groups, lazy.join(groups.lazy(), on=by, how="left", nulls_equal=True).select(_GROUP, *keep, start, end)
 
 
 def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -170,15 +170,27 @@ def holds_stages(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, g
     """Whether a file that is the whole job can give a stage part (``stage_part`` with ``alone``): stage
     options, several ranks or GPUs, a pipeline process group, or micro-batch labels. Told from the distinct
     names, so a spilled table's scan is not read whole to tell."""
-    return _explicit(options) or not one_stage(spans) or _one_stage_of_many(spans, options, groups)
+    if _explicit(options):
+        return True
+    names = _distinct(spans)
+    return not one_stage(names) or _one_stage_of_many(names, options, groups)
 
 
 def no_evidence(spans: pl.DataFrame | pl.LazyFrame, options: PipelineOptions, groups: list | None) -> bool:
     """Whether ``stage_part`` names the stages of this file (one of several) from its lanes alone: no stage
     options, micro-batch labels, pipeline group, send or receive. Told from the distinct names."""
-    if _explicit(options) or _one_stage_of_many(spans, options, groups):
+    if _explicit(options):
         return False
-    return not _ranks_sending(spans)
+    names = _distinct(spans)
+    return not _one_stage_of_many(names, options, groups) and not _ranks_sending(names)
+
+
+def _distinct(spans: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """The distinct ranks, kinds and names of ``spans`` with the GPU (pid, device) of GPU spans: all that
+    ``one_stage``, ``_one_stage_of_many`` and ``_ranks_sending`` read, so a spilled table is read once for
+    the three (a row per distinct name and rank: each query after runs on those)."""
+    gpu_pid = pl.when(pl.col("device").is_not_null()).then(pl.col("pid")).alias("pid")
+    return spans.lazy().select("rank", "kind", "name", "device", gpu_pid).unique().collect(engine=engine_for(spans))
 
 
 def _explicit(options: PipelineOptions) -> bool:

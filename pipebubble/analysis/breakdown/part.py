@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -53,9 +53,15 @@ def summarised(
     rows: list[Breakdown], gpu: pl.LazyFrame, cpu: pl.LazyFrame, delay: pl.Series, alone: bool, bounded: bool = False
 ) -> GpuPart:
     """The part of ``rows``: the per-name statistics of the GPU operations ``gpu``, the runtime calls and
-    ranges of ``cpu``, and the launch delays ``delay`` (one per launched operation), each a query that reads
-    only the columns it needs (``gpu`` and ``cpu`` may be scans of a spilled table). ``bounded``: the medians
-    in two passes that hold a few values per name (``medians.exact``), not every duration."""
+    ranges of ``cpu`` (``summaries``), and the launch delays ``delay`` (one per launched operation)."""
+    return with_delays(summaries(gpu, cpu, alone, bounded), rows, delay, alone)
+
+
+def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool = False) -> GpuPart:
+    """A part's summaries without its rows and launch delays (``with_delays`` adds them): the per-name
+    statistics of the GPU operations ``gpu``, the runtime calls and ranges of ``cpu``, each a query that
+    reads only the columns it needs (``gpu`` and ``cpu`` may be scans of a spilled table). ``bounded``: the
+    medians in two passes that hold a few values per name (``medians.exact``), not every duration."""
     dur = pl.col("end") - pl.col("start")
     timed = gpu.select("name", "cls", "start", dur=dur)
     sums = dict(
@@ -81,11 +87,17 @@ def summarised(
     ops = ops.with_columns(named).select("kind", "name", "dur", "n")
     queries = [stats, api, ranges, short] + ([] if alone else [ops])
     stats, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming")
+    return GpuPart([], stats, api, ranges, {}, short.item(), *rest)
+
+
+def with_delays(part: GpuPart, rows: list[Breakdown], delay: pl.Series, alone: bool) -> GpuPart:
+    """``part`` (``summaries``) with its ``rows`` and the summary of the launch delays ``delay``; unless the
+    file is ``alone``, their value counts too (exact medians over files)."""
     summary = {"count": delay.len(), "total": int(delay.sum() or 0), "max": delay.max(), "median": delay.median()}
     if alone:
-        return GpuPart(rows, stats, api, ranges, summary, short.item())
+        return replace(part, rows=rows, delay=summary)
     delays = delay.value_counts(name="n").rename({delay.name: "dur"})
-    return GpuPart(rows, stats, api, ranges, summary, short.item(), rest[0], delays)
+    return replace(part, rows=rows, delay=summary, delays=delays)
 
 
 def _class() -> pl.Expr:

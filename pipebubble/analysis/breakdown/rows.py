@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.analysis.intervals import ENGINE, merge, merge_each
 from pipebubble.report import Breakdown
 from pipebubble.spans import is_comm, owner
 
@@ -67,23 +67,17 @@ def _row(r: dict) -> Breakdown:
 
 def unions(gpu: pl.DataFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """|∪| per (lane, step) of compute, comm, memory, compute ∪ comm (``busy``) and all work (``all``), and
-    the merged intervals of all work (lane, owner, start, end). Each class is merged once over the whole
-    window, the wider unions from those (fewer) merged intervals, and each is then cut to the steps: a
-    union inside a step is the whole union's part in it: all five in two merges, each over the unions it
-    makes tagged by union (``union``)."""
-    cls = pl.col("cls").cast(pl.String)
-    memory = cls.is_in(["memcpy", "memset"])
-    classes = merge(gpu.select("lane", "start", "end", union=pl.when(memory).then(pl.lit("memory")).otherwise(cls)),
-                    ["lane", "union"])
-    wider = pl.concat([classes.lazy().filter(pl.col("union") != "memory").with_columns(union=pl.lit("busy")),
-                       classes.lazy().with_columns(union=pl.lit("all"))])
-    tagged = pl.concat([classes, merge(wider.collect(engine=ENGINE), ["lane", "union"])])
-    pieces = tagged.lazy().with_columns(step=pl.lit(None, pl.Int64))
+    the merged intervals of all work (lane, owner, start, end). All five are merged from one sort of the
+    operations (``intervals.merge_each``), each then cut to the steps: a union inside a step is the whole
+    union's part in it."""
+    classes = gpu.select("lane", "start", "end", union=pl.col("cls").cast(pl.String))
+    tagged = merge_each(classes, ["lane"], "union", _OF_CLASSES)  # each op's class in, each piece's union out
+    ns = (pl.col("end") - pl.col("start")).sum()
+    long = tagged.lazy().group_by("lane", "union").agg(ns=ns).with_columns(step=pl.lit(None, pl.Int64))
     if steps.height:
-        stepped = _by_step(tagged.join(owners, on="lane"), steps)
-        pieces = pl.concat([pieces, stepped.lazy().select(pieces.collect_schema().names())])
-    ns = pl.col("end") - pl.col("start")
-    wide = pieces.group_by(KEYS).agg(ns.filter(pl.col("union") == name).sum().alias(name) for name in UNIONS)
+        stepped = _by_step(tagged.join(owners, on="lane"), steps).lazy().group_by(*KEYS, "union").agg(ns=ns)
+        long = pl.concat([long, stepped.select(long.collect_schema().names())])
+    wide = long.group_by(KEYS).agg(pl.col("ns").filter(pl.col("union") == name).sum().alias(name) for name in UNIONS)
     every = tagged.lazy().filter(pl.col("union") == "all").select("lane", "start", "end")
     wide, every = pl.collect_all([wide, every.join(owners.lazy(), on="lane", maintain_order="left")], engine=ENGINE)
     return wide, every
@@ -91,6 +85,11 @@ def unions(gpu: pl.DataFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> tupl
 
 #: The unions ``unions`` measures: by class, compute ∪ comm, and all work.
 UNIONS = ("compute", "comm", "memory", "busy", "all")
+#: The classes (``part.gpu_ops``'s ``cls``) each union holds.
+_OF_CLASSES = {
+    "compute": ["compute"], "comm": ["comm"], "memory": ["memcpy", "memset"], "busy": ["compute", "comm"],
+    "all": ["compute", "comm", "memcpy", "memset"],
+}
 
 
 STEP_NUMBER = r"#(\d+)$"

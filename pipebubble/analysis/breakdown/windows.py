@@ -11,14 +11,16 @@ on the whole table.
 - Idle causes: the op that ended a gap starts at its end, so it lies among the window's own operations; its
   launch comes from one join of the window's operations with the launching calls. The causes per (lane,
   step) add up over windows as the unions do.
-- Summaries: group-bys over the scan (``part.summarised``; the medians in two passes, ``medians.exact``),
-  with every operation's launch delay.
+- Summaries: group-bys over the scan (``part.summaries``; the medians in two passes, ``medians.exact``),
+  with every operation's launch delay; those of operations held in memory (``held``) beside the windows.
 
 What is held whole is the per-name statistics, one launch delay per operation (8 bytes) and each GPU's last
 busy period; a window holds about ``rows_per_window`` operations.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
@@ -67,16 +69,27 @@ def gpu_part_windowed(
 ) -> part.GpuPart:
     """``breakdown.part.gpu_part`` of the span table ``scan`` (one file's), given ``narrow``'s tables written out
     (``ops``, ``launches``), with about ``rows_per_window`` GPU operations in memory at a time. ``gpu``: the
-    GPU operations held in memory (``held``), whose summaries then read them, not the scan, and take their
-    medians whole."""
+    GPU operations held in memory (``held``), whose summaries then read them, not the scan, take their
+    medians whole, and run beside the windows (they hold nothing a window does not)."""
     bounded = gpu is None
     gpu = part.gpu_ops(scan) if bounded else gpu
     cpu = scan.filter(pl.col("device").is_null())
+    if bounded:
+        rows, delays = _rows(ops, launches, cpu, step_regex, rows_per_window)
+        return part.summarised(rows, gpu, cpu, delays, alone, bounded=True)
+    with ThreadPoolExecutor(1) as side:
+        summaries = side.submit(part.summaries, gpu, cpu, alone)
+        rows, delays = _rows(ops, launches, cpu, step_regex, rows_per_window)
+        return part.with_delays(summaries.result(), rows, delays, alone)
+
+
+def _rows(ops: pl.LazyFrame, launches: pl.LazyFrame, cpu: pl.LazyFrame, step_regex: str | None,
+          rows_per_window: int) -> tuple[list[Breakdown], pl.Series]:
+    """The breakdown rows of the GPU operations ``ops`` and every operation's launch delay, window by window."""
     n = ops.select(pl.len()).collect().item()
     if not n:
-        return part.summarised([], gpu, cpu, pl.Series("d", [], pl.Int64), alone, bounded=bounded)
-    rows, delays = _Passes(ops, launches, cpu, step_regex).run(_edges(ops, n, rows_per_window))
-    return part.summarised(rows, gpu, cpu, delays, alone, bounded=bounded)
+        return [], pl.Series("d", [], pl.Int64)
+    return _Passes(ops, launches, cpu, step_regex).run(_edges(ops, n, rows_per_window))
 
 
 def _edges(ops: pl.LazyFrame, n: int, rows_per_window: int) -> list[int]:
