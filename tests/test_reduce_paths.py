@@ -1,5 +1,5 @@
 """The reduce's shortcuts give what the plain definitions give: a group's union length in one sorted pass
-(``pipeline.unions``) is the length of its merged intervals (``intervals.merge``); the step windows and the
+(``intervals.unions``) is the length of its merged intervals (``intervals.merge``); the step windows and the
 stage table of work already clipped are those of the work before; a schedule's keys and a split replay's
 halves are the ones written out action by action."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipebubble.analysis import pipeline as pm
-from pipebubble.analysis.intervals import merge
+from pipebubble.analysis.intervals import merge, unions
 from pipebubble.analysis.replay import StageTimes, action_duration, simulate
 from pipebubble.analysis.schedules import Action, Schedule, make_schedule, numbered
 
@@ -36,15 +36,15 @@ def test_unions_are_the_merged_lengths(rows):
     frame = pl.DataFrame([(g, h, s, s + d) for g, h, s, d in rows], schema=SCHEMA, orient="row")
     for by in (["g"], ["h"], ["g", "h"]):
         expected = by_merge(frame, by)
-        got = pm.unions(frame, by).sort(by, nulls_last=True).select(expected.columns)
+        got = unions(frame, by).sort(by, nulls_last=True).select(expected.columns)
         assert got.equals(expected), by
 
 
 def test_unions_of_nothing_and_of_times_too_far_apart_to_move():
     empty = pl.DataFrame(schema=SCHEMA)
-    assert pm.unions(empty, ["g"]).columns == ["g", "ns", "start", "end"]
+    assert unions(empty, ["g"]).columns == ["g", "ns", "start", "end"]
     far = pl.DataFrame([(0, "a", -(2**61), 0), (0, "a", -5, 2**61), (1, "a", 3, 9)], schema=SCHEMA, orient="row")
-    assert pm.unions(far, ["g"]).sort("g").equals(by_merge(far, ["g"]))
+    assert unions(far, ["g"]).sort("g").equals(by_merge(far, ["g"]))
 
 
 def work(p: int = 3, m: int = 4, steps: int = 2) -> pl.DataFrame:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from pipebubble.analysis import schedules, whatif
-from pipebubble.analysis.pipeline import PASSES, unions, windows
+from pipebubble.analysis.intervals import unions
+from pipebubble.analysis.pipeline import PASSES, windows
 from pipebubble.errors import StageSpecError
 
 TOLERANCE = 0.05  # a replay further than this from the measured step gets a note saying why

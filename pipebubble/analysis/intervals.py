@@ -147,15 +147,42 @@ def _numbered(frame: pl.DataFrame, by: list[str], start: str, end: str, keep: li
 
 
 def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Per group: ``busy_ns`` (length of the union), ``window_start_ns``/``window_end_ns`` (first and last
-    busy instant) and ``idle_ns`` = window − busy."""
-    merged = merge(frame, by)
-    return merged.lazy().group_by(by, maintain_order=True).agg(
-        busy_ns=(pl.col("end") - pl.col("start")).sum(),
-        window_start_ns=pl.col("start").min(),
-        window_end_ns=pl.col("end").max(),
-    ).with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns")).collect(
+    """Per group, in the groups' sort order: ``busy_ns`` (length of the union), ``window_start_ns``/
+    ``window_end_ns`` (first and last busy instant) and ``idle_ns`` = window − busy (``unions``)."""
+    stats = unions(frame.select(*by, "start", "end"), by).lazy().sort(by).select(
+        *by, busy_ns="ns", window_start_ns="start", window_end_ns="end")
+    return stats.with_columns(idle_ns=pl.col("window_end_ns") - pl.col("window_start_ns") - pl.col("busy_ns")).collect(
         engine=ENGINE)
+
+
+def unions(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per group of ``by`` (one or more columns): ``ns``, the length of the union of its intervals, and its
+    first ``start`` and last ``end``. A pass is a group of a few spans and a job has thousands of them, and a
+    window per group (``merge``'s) costs per group: here the rows are sorted once, each group is numbered
+    where its keys change, and its times are moved above every earlier group's (number × the time width), so
+    that the running maximum of the ends within every group is one cumulative maximum over the whole frame.
+    Each interval adds what of it lies past the ends before it in its group (sorted by start, the union
+    before it covers everything from its start to that running maximum)."""
+    if frame.is_empty():
+        return pl.DataFrame(schema={**{k: frame.schema[k] for k in by}, "ns": pl.Int64, "start": pl.Int64,
+                                    "end": pl.Int64})
+    lo, hi = frame["start"].min(), frame["end"].max()
+    missing = frame["start"].null_count() + frame["end"].null_count()
+    if missing or (frame.height + 1) * (hi - lo + 1) >= _FLAT_LIMIT:
+        return merge(frame, by).group_by(by).agg(
+            ns=(pl.col("end") - pl.col("start")).sum(), start=pl.col("start").min(), end=pl.col("end").max()
+        )
+    first = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in by)
+    offset = first.cum_sum().cast(pl.Int64) * (hi - lo + 1) - lo
+    before = (pl.col("end") + offset).cum_max().shift(1) - offset  # the previous rows' running maximum
+    beyond = pl.when(first).then(pl.col("end") - pl.col("start")).otherwise(
+        (pl.col("end") - pl.max_horizontal("start", before)).clip(0)
+    )
+    return (
+        frame.lazy().select(*by, "start", "end").sort(*by, "start").with_columns(ns=beyond)
+        .group_by(by).agg(pl.col("ns").sum(), start=pl.col("start").min(), end=pl.col("end").max())
+        .collect(engine=ENGINE)
+    )
 
 
 def gaps(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

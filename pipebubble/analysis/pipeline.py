@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.analysis.intervals import ENGINE, unions
 
 STEP_KEYS = ["step", "stage"]
-#: Times moved by ``unions`` stay below this (int64 holds 2**63).
-_MOVED_LIMIT = 2**62
 
 
 def complete_steps(work: pl.DataFrame) -> pl.DataFrame:
@@ -96,36 +94,6 @@ def _phase_time(compute: pl.DataFrame) -> pl.DataFrame:
         if phase not in wide.columns:
             wide = wide.with_columns(pl.lit(0, pl.Int64).alias(phase))
     return wide.select(*STEP_KEYS, forward_ns="forward", backward_ns="backward", weight_ns="weight")
-
-
-def unions(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Per group of ``by`` (one or more columns): ``ns``, the length of the union of its intervals, and its
-    first ``start`` and last ``end``. A pass is a group of a few spans and a job has thousands of them, and a
-    window per group (``merge``'s) costs per group: here the rows are sorted once, each group is numbered
-    where its keys change, and its times are moved above every earlier group's (number × the time width), so
-    that the running maximum of the ends within every group is one cumulative maximum over the whole frame.
-    Each interval adds what of it lies past the ends before it in its group (sorted by start, the union
-    before it covers everything from its start to that running maximum)."""
-    if frame.is_empty():
-        return pl.DataFrame(schema={**{k: frame.schema[k] for k in by}, "ns": pl.Int64, "start": pl.Int64,
-                                    "end": pl.Int64})
-    lo, hi = frame["start"].min(), frame["end"].max()
-    missing = frame["start"].null_count() + frame["end"].null_count()
-    if missing or (frame.height + 1) * (hi - lo + 1) >= _MOVED_LIMIT:
-        return merge(frame, by).group_by(by).agg(
-            ns=(pl.col("end") - pl.col("start")).sum(), start=pl.col("start").min(), end=pl.col("end").max()
-        )
-    first = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in by)
-    offset = first.cum_sum().cast(pl.Int64) * (hi - lo + 1) - lo
-    before = (pl.col("end") + offset).cum_max().shift(1) - offset  # the previous rows' running maximum
-    beyond = pl.when(first).then(pl.col("end") - pl.col("start")).otherwise(
-        (pl.col("end") - pl.max_horizontal("start", before)).clip(0)
-    )
-    return (
-        frame.lazy().select(*by, "start", "end").sort(*by, "start").with_columns(ns=beyond)
-        .group_by(by).agg(pl.col("ns").sum(), start=pl.col("start").min(), end=pl.col("end").max())
-        .collect(engine=ENGINE)
-    )
 
 
 def microbatch_times(work: pl.DataFrame) -> pl.DataFrame:
