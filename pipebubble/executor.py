@@ -138,8 +138,8 @@ def _units(jobs: list[Job], cores: int, batched: bool) -> list[list[int]]:
 
 
 def _run(fn: Callable, batch: Batch, unit: list[Job], pack: Callable | None = None) -> list:
-    """One unit's results: a batch's from ``batch``, a lone file's from ``fn`` (on one core); each passed
-    packed together where ``pack`` is given (a unit run in a worker, its results to cross to this process)."""
+    """One unit's results: a batch's from ``batch``, a lone file's from ``fn`` (on one core); packed
+    together where ``pack`` is given (a unit run in a worker, its results to cross to this process)."""
     if len(unit) > 1 and batch is not None:
         out = batch(unit)
     else:

@@ -71,10 +71,6 @@ class FilePart:
     requests: RequestsPart | None = None
 
 
-#: The breakdown part's frames (``GpuPart``'s fields that are tables).
-GPU_FRAMES = ("stats", "api", "ranges", "ops", "delays")
-
-
 def map_spans(result: FileResult, options: Options) -> FilePart:
     """Map, given a file already read."""
     if result.meta.get("spill"):
@@ -192,7 +188,7 @@ def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
     rows = [row for row in gpu.rows if row.rank == rank]
     if first:
         return replace(gpu, rows=rows)
-    frames = {k: getattr(gpu, k).clear() for k in GPU_FRAMES}
+    frames = {k: getattr(gpu, k).clear() for k in GpuPart.FRAMES}
     return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0, **frames)
 
 

@@ -24,7 +24,7 @@ from pipebubble.analysis.memory import MemoryPart
 from pipebubble.analysis.requests.part import RequestsPart
 from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
-from pipebubble.mapreduce import GPU_FRAMES, FilePart
+from pipebubble.mapreduce import FilePart
 from pipebubble.report import Breakdown, Interference, Segment
 
 Put = Callable[[str, pl.DataFrame], str]
@@ -114,7 +114,7 @@ def _envelope(part: FilePart, put: Put) -> dict:
             "rows": [asdict(r) for r in part.gpu.rows],
             "delay": part.gpu.delay,
             "short": part.gpu.short,
-            **{k: put(f"gpu.{k}", getattr(part.gpu, k)) for k in GPU_FRAMES},
+            **{k: put(f"gpu.{k}", getattr(part.gpu, k)) for k in GpuPart.FRAMES},
         },
         "memory": None if part.memory is None else {
             k: put(f"memory.{k}", getattr(part.memory, k)) for k in MemoryPart.FRAMES},
@@ -141,7 +141,8 @@ def _part(env: dict, get: Callable[[str], pl.DataFrame]) -> FilePart:
     comm = None if c is None else CommPart(get(c["calls"]), c["facts"], get(c["p2p"]), get(c["windows"]))
     g = env["gpu"]
     gpu = None if g is None else GpuPart(
-        [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"], **{k: get(g[k]) for k in GPU_FRAMES})
+        [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],
+        **{k: get(g[k]) for k in GpuPart.FRAMES})
     m = env["memory"]
     memory = None if m is None else MemoryPart(**{k: get(m[k]) for k in MemoryPart.FRAMES})
     strips = None if env["strips"] is None else get(env["strips"])

@@ -29,6 +29,8 @@ class GpuPart:
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, name, dur, n
     delays: pl.DataFrame = field(default_factory=pl.DataFrame)  # dur, n
 
+    FRAMES = ("stats", "api", "ranges", "ops", "delays")
+
 
 def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False) -> GpuPart:
     """Map: the breakdown of every GPU lane of ``spans`` (whole window, then each step) and the summaries'
