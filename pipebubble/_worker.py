@@ -1,4 +1,4 @@
-"""Start-up of decode worker processes, and the memory setting they share with the command's own process.
+"""Start-up of pool worker processes, and the memory setting they share with the command's own process.
 Imports nothing heavy, so it runs before polars is loaded."""
 
 import ctypes
@@ -8,8 +8,16 @@ import sys
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
 
-def init() -> None:
-    # Workers already run one per core; polars' own thread pool on top of that only adds contention.
+def init(cwd: str | None = None, environ: dict[str, str] | None = None) -> None:
+    """A worker's start: the command's working folder and environment as they are when its pool opens
+    (a worker forked from a fork server started earlier would otherwise have the server's), on one polars
+    thread (workers already run one per core; polars' own thread pool on top of that only adds
+    contention)."""
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    if cwd is not None:
+        os.chdir(cwd)
     os.environ["POLARS_MAX_THREADS"] = "1"
     keep_freed_memory()
 

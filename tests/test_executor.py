@@ -20,6 +20,13 @@ def where(path: str, position: int, workers: int = 1) -> tuple[str, int, int, in
     return path, position, os.getpid(), workers
 
 
+def surroundings(path: str, position: int, workers: int = 1) -> tuple[str | None, str, int, int]:
+    """A job that says what it runs in: a variable of the environment, the working folder, polars' threads."""
+    import polars as pl
+
+    return os.environ.get("PIPEBUBBLE_TEST_MARK"), os.getcwd(), pl.thread_pool_size(), os.getpid()
+
+
 def fails_on_three(path: str, position: int, workers: int = 1) -> int:
     if position == 3:
         raise TraceFormatError(path, "bad trace")
@@ -93,3 +100,58 @@ def test_the_pipebubble_script_runs_as_the_module_so_workers_skip_the_cli(monkey
     monkeypatch.setitem(sys.modules, "__main__", other)
     cli._as_module()
     assert other.__spec__ is None  # anyone else's main module is left as it is
+
+
+def _children_after(script_body: str, tmp_path) -> list[str]:
+    """The lines a script prints, run in a fresh interpreter that can import this module."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from pipebubble import executor
+        from pipebubble.options import Scale
+        from test_executor import surroundings, where
+        def children():
+            return len([p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{{p}}/stat").read()
+                        .rsplit(")", 1)[1].split()[1] == str(os.getpid())])
+    """) + textwrap.dedent(script_body)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+@pytest.mark.skipif(executor._start_method() != "forkserver", reason="no fork server on this platform")
+def test_workers_of_a_server_warmed_earlier_see_the_command_as_the_pool_opens(tmp_path):
+    """The fork server is started ahead (``warm``), before the command changes its environment and working
+    folder; the workers it forks still start in both as they are when the pool opens, on one polars thread,
+    and the server is stopped with the pool."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"rank{i}.json").write_text("{}")
+    (tmp_path / "elsewhere").mkdir()
+    lines = _children_after(f"""
+        executor.warm([{str(folder)!r}])
+        warmed = children()
+        os.environ["PIPEBUBBLE_TEST_MARK"] = "set later"
+        os.chdir("elsewhere")
+        out = executor.each([({str(folder)!r}, i) for i in range(4)], surroundings, Scale(workers=2))
+        theirs = [o for o in out if o[3] != os.getpid()]
+        print(warmed, len(theirs), *{{(mark, cwd == os.getcwd(), threads) for mark, cwd, threads, _ in theirs}},
+              children(), sep="|")
+    """, tmp_path)
+    warmed, pooled, seen, left = lines[0].split("|")
+    assert int(warmed) >= 1  # the server (and the resource tracker) started by warm
+    assert int(pooled) >= 1 and seen == "('set later', True, 1)"
+    assert left == "0"
+
+
+def test_warm_starts_nothing_for_work_one_process_does(tmp_path):
+    """A small lone file, a folder of one, or a name that is not there: no server is started for them."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "rank0.json").write_text("{}")
+    (tmp_path / "small.json").write_text("{}")
+    lines = _children_after("""
+        executor.warm(["small.json", "one", "missing", "--format"])
+        print(children())
+    """, tmp_path)
+    assert lines == ["0"]

@@ -54,6 +54,7 @@ def _root(
 
 
 COMMANDS = ("analyze", "theory", "capture", "export", "check", "diff")  # in the order --help lists them
+READS_TRACES = ("analyze", "export", "check", "diff")
 _registered: set[str] = set()
 
 
@@ -63,11 +64,24 @@ def _register(argv: list[str] | None = None) -> None:
     them all, so that typer can list them or say which names exist."""
     import importlib
 
-    named = next((a for a in argv if not a.startswith("-")), None) if argv else None
+    named = _named(argv)
     for name in (named,) if named in COMMANDS else COMMANDS:
         if name not in _registered:
             _registered.add(name)
             importlib.import_module(f"pipebubble.cli.{name}").register(app)
+
+
+def _named(argv: list[str] | None) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None) if argv else None
+
+
+def _warm(argv: list[str]) -> None:
+    """A command that reads traces named on its line gets its workers' fork server started now, while this
+    process loads the rest (``executor.warm``: only where they look like work for a pool)."""
+    if _named(argv) in READS_TRACES:
+        from pipebubble import executor
+
+        executor.warm([a for a in argv[1:] if not a.startswith("-")])
 
 
 def _as_module() -> None:
@@ -130,8 +144,10 @@ def main(argv: list[str] | None = None) -> None:
 
     _worker.keep_freed_memory()
     _as_module()
+    args = sys.argv[1:] if argv is None else argv
     try:
-        _register(sys.argv[1:] if argv is None else argv)
+        _warm(args)
+        _register(args)
         code = app(args=argv, standalone_mode=False)
     except PipebubbleError as exc:
         print(f"pipebubble: error: {exc}", file=sys.stderr)
