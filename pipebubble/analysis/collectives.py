@@ -77,12 +77,22 @@ def comm_ranges(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The file's communication ranges, each with its ``kind``: the outermost collective ranges, and the send
     and receive ranges outside every one of them (point-to-point; those inside are a collective's own)."""
     ranges = pl.col("device").is_null() & pl.col("kind").is_in(["annotation", "cpu_op", "comm"])
-    named = spans.lazy().filter(ranges & (pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(
-        NCCL_NVTX)))
-    named = named.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null())
+    kinds = _range_kinds(spans.lazy().filter(ranges))
+    named = spans.lazy().filter(ranges & pl.col("name").is_in(kinds["name"].implode())).with_columns(
+        kind=pl.col("name").replace_strict(kinds["name"], kinds["kind"], return_dtype=pl.String))
+    named = named.collect(engine=ENGINE)
     p2p = pl.col("kind").is_in(P2P)
-    groups, sends = pl.collect_all([top_level(named.filter(~p2p)), named.filter(p2p)], engine=ENGINE)
-    return groups, outside(sends, groups)
+    groups = top_level(named.filter(~p2p))
+    return groups, outside(named.filter(p2p), groups)
+
+
+def _range_kinds(ranges: pl.LazyFrame) -> pl.DataFrame:
+    """name, kind: the distinct names of ``ranges`` that name communication, with their collective kind. The
+    regexes run once per name, not once per range."""
+    names = ranges.select(pl.col("name").unique()).filter(
+        pl.col("name").str.contains(COMM_NAMES) | pl.col("name").str.contains(NCCL_NVTX))
+    return names.with_columns(kind=kind_of(pl.col("name"))).filter(pl.col("kind").is_not_null()).collect(
+        engine=ENGINE)
 
 
 def collective_part(spans: pl.DataFrame, ranges: tuple[pl.DataFrame, pl.DataFrame] | None = None,

@@ -157,12 +157,13 @@ def union_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 def unions(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Per group of ``by`` (one or more columns): ``ns``, the length of the union of its intervals, and its
-    first ``start`` and last ``end``. A pass is a group of a few spans and a job has thousands of them, and a
-    window per group (``merge``'s) costs per group: here the rows are sorted once, each group is numbered
-    where its keys change, and its times are moved above every earlier group's (number × the time width), so
-    that the running maximum of the ends within every group is one cumulative maximum over the whole frame.
-    Each interval adds what of it lies past the ends before it in its group (sorted by start, the union
-    before it covers everything from its start to that running maximum)."""
+    first ``start`` and last ``end``, in the groups' sort order. A pass is a group of a few spans and a job
+    has thousands of them, and a window per group (``merge``'s) costs per group: here each group has a
+    number and its times are moved above every earlier group's (number × the time width), so that the
+    running maximum of the ends within every group is one cumulative maximum over the whole frame
+    (``_lengths``). A small frame is sorted by its keys and start, and numbered where its keys change; a
+    big one is numbered first (``_numbered``) and sorted by the moved start alone, one integer instead of
+    keys compared row by row."""
     if frame.is_empty():
         return pl.DataFrame(schema={**{k: frame.schema[k] for k in by}, "ns": pl.Int64, "start": pl.Int64,
                                     "end": pl.Int64})
@@ -172,17 +173,29 @@ def unions(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         return merge(frame, by).group_by(by).agg(
             ns=(pl.col("end") - pl.col("start")).sum(), start=pl.col("start").min(), end=pl.col("end").max()
         )
-    first = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in by)
-    offset = first.cum_sum().cast(pl.Int64) * (hi - lo + 1) - lo
+    if frame.height < _FLAT_ROWS or not by:
+        ordered = frame.lazy().select(*by, "start", "end").sort(*by, "start")
+        first = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in by) if by else pl.lit(False)
+        group = first.cum_sum().cast(pl.Int64)
+        return _lengths(ordered.with_columns(group.alias(_GROUP)), by, lo, hi).collect(engine=ENGINE)
+    groups, numbered = _numbered(frame, by, "start", "end")
+    moved = pl.col(_GROUP).cast(pl.Int64) * (hi - lo + 1) + pl.col("start")
+    summed = _lengths(numbered.sort(moved), [_GROUP], lo, hi).sort(_GROUP)
+    return _keyed(summed, groups, by, ["ns", "start", "end"]).collect(engine=ENGINE)
+
+
+def _lengths(ordered: pl.LazyFrame, by: list[str], lo: int, hi: int) -> pl.LazyFrame:
+    """``unions`` of rows sorted by group and start, each with its group's number (``_GROUP``, ascending),
+    per group ``by`` in that order. Each interval adds what of it lies past the ends before it in its group
+    (sorted by start, the union before it covers everything from its start to their running maximum)."""
+    first = pl.col(_GROUP).ne_missing(pl.col(_GROUP).shift(1))
+    offset = pl.col(_GROUP).cast(pl.Int64) * (hi - lo + 1) - lo  # group g's times land in [g·width, (g+1)·width)
     before = (pl.col("end") + offset).cum_max().shift(1) - offset  # the previous rows' running maximum
     beyond = pl.when(first).then(pl.col("end") - pl.col("start")).otherwise(
         (pl.col("end") - pl.max_horizontal("start", before)).clip(0)
     )
-    return (
-        frame.lazy().select(*by, "start", "end").sort(*by, "start").with_columns(ns=beyond)
-        .group_by(by).agg(pl.col("ns").sum(), start=pl.col("start").min(), end=pl.col("end").max())
-        .collect(engine=ENGINE)
-    )
+    return ordered.with_columns(ns=beyond).group_by(by, maintain_order=True).agg(
+        pl.col("ns").sum(), start=pl.col("start").min(), end=pl.col("end").max())
 
 
 def gaps(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

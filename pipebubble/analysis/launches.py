@@ -34,6 +34,9 @@ def with_launch(
     ops: pl.DataFrame, spans: pl.DataFrame, how: str = "left", key: list[str] = OP_KEY, name: str | None = None
 ) -> pl.DataFrame:
     """``ops`` (GPU spans) with the ``launch_calls`` columns of the call that launched each, one row per
-    operation by ``key`` (the first launch); ``how="inner"`` leaves out operations without their call."""
-    joined = ops.join(launch_calls(spans, name), on=["source", "correlation"], how=how)  # type: ignore[arg-type]
-    return joined.filter(same_process()).unique(key, keep="first", maintain_order=True)
+    operation by ``key`` (the first launch); ``how="inner"`` leaves out operations without their call. The
+    join keeps ``ops``' order, so the first is well defined; and the first of each key is kept by a filter,
+    which costs a third of a ``unique`` planned over the join."""
+    joined = ops.join(launch_calls(spans, name), on=["source", "correlation"], how=how,  # type: ignore[arg-type]
+                      maintain_order="left")
+    return joined.filter(same_process()).filter(pl.struct(key).is_first_distinct())
