@@ -11,8 +11,10 @@ this process).
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -297,7 +299,29 @@ def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = T
 
 
 def reduce(parts: list[FilePart], options: Options) -> Report:
-    """Reduce: the whole report from the files' parts (pure)."""
+    """Reduce: the whole report from the files' parts (pure), with the cycle collector paused
+    (``_collector_paused``)."""
+    with _collector_paused():
+        return _reduced(parts, options)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while the reduce runs, on again after if it was on. The reduce makes
+    some 10^5 small objects that hold no cycles (schedule actions, segments, rows: freed as they are
+    dropped), and each collection it set off walked them and every part held, an eighth of the reduce's
+    time at 64 stages."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _reduced(parts: list[FilePart], options: Options) -> Report:
+    """The whole report from the files' parts (``reduce``)."""
     from pipebubble.alignment import aligned
     from pipebubble.errors import TraceFormatError
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from itertools import repeat
+from operator import mul
 
 from pipebubble.analysis.replay import (  # noqa: F401  (the replay's names, as callers know them)
     Grid,
@@ -148,14 +150,18 @@ def _rounded(numerator: int, denominator: int) -> int:
     return floor + (2 * rest > denominator or (2 * rest == denominator and floor % 2 == 1))
 
 
+def _row(row: tuple[int, ...], numerator: int, denominator: int) -> tuple[int, ...]:
+    """Every value of ``row`` times numerator / denominator, rounded (``_rounded``), by C-level maps."""
+    return tuple(map(_rounded, map(mul, row, repeat(numerator)), repeat(denominator)))
+
+
 def _scaled(times: StageTimes, scale: list[Fraction]) -> StageTimes:
     """Every pass of stage s (of each of its chunks, in ``chunked``) times ``scale[s]``."""
     def grid(g: Grid | None) -> Grid | None:
         if g is None:
             return None
         ratios = [(f.numerator, f.denominator) for f in scale]
-        return tuple(tuple(_rounded(x * ratios[r % len(ratios)][0], ratios[r % len(ratios)][1]) for x in row)
-                     for r, row in enumerate(g))
+        return tuple(_row(row, *ratios[r % len(ratios)]) for r, row in enumerate(g))
 
     chunked = _scaled(times.chunked, scale) if times.chunked else None
     return replace(

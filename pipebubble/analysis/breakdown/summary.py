@@ -86,6 +86,5 @@ def _merged(frames: list[pl.DataFrame]) -> list[CallStat]:
     if frame.is_empty():
         return []
     total = frame.group_by("name").agg(pl.col("count", "total").sum(), pl.col("max").max())
-    total = total.sort("total", "name", descending=[True, False])
-    return [CallStat(r["name"], r["count"], r["total"], r["total"] / r["count"], r["max"])
-            for r in total.iter_rows(named=True)]
+    rows = total.sort("total", "name", descending=[True, False]).select("name", "count", "total", "max").rows()
+    return [CallStat(name, count, ns, ns / count, longest) for name, count, ns, longest in rows]
