@@ -292,10 +292,9 @@ def map_file(path: str, position: int, options: Options, use_cache: bool = True,
 
 def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = True) -> list[FilePart]:
     """Map several small files at once (``map_together``): each file's part."""
-    from pipebubble.ingest import read_file
+    from pipebubble.ingest import read_files
 
-    results = [read_file(Path(path), position, use_cache) for path, position in jobs]
-    return map_together(results, options)
+    return map_together(read_files(jobs, use_cache), options)
 
 
 def reduce(parts: list[FilePart], options: Options) -> Report:

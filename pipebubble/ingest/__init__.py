@@ -17,6 +17,8 @@ from pipebubble.ingest.base import FileResult
 if TYPE_CHECKING:  # polars loads only when traces are read, so a cached report comes back fast
     import polars as pl
 
+    from pipebubble.ingest.chrome import Pending
+
 #: What `pipebubble capture` writes beside its traces (command, versions, devices; the profiler's messages).
 CAPTURE_METADATA = "capture.json"
 CAPTURE_LOG = "capture.log"
@@ -126,19 +128,81 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     stored with it)."""
     path = Path(path)
     seen = len(cache.warnings())
+    result, entry_key, reader = _cached(path, use_cache)
+    if result is None:
+        split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
+        with _pool(workers - 1) if split else nullcontext() as pool:
+            result = _read_somewhere(reader, path, position, pool, entry_key)
+        _store(path, result, entry_key, use_cache)
+    return _with_warnings(result, cache.warnings()[seen:])
+
+
+def read_files(jobs: list[tuple[str, int]], use_cache: bool = True) -> list[FileResult]:
+    """Several small files (``(path, position)`` each), each file's result as ``read_file`` gives it.
+    Those the cache holds come from the cache; the other Chrome JSON traces are decoded one by one and
+    their spans made by one plan for all (``chrome.read_batch``: a small file's fixed cost is its
+    queries); any other file is read alone. A file that cannot be read fails the batch where
+    ``read_file`` would: the files before it are read (and cached) first."""
+    from pipebubble.ingest import chrome
+
+    results: list[FileResult | None] = [None] * len(jobs)
+    pending: list[tuple[int, str | None, list[str], Pending]] = []
+    try:
+        for k, (name, position) in enumerate(jobs):
+            path, seen = Path(name), len(cache.warnings())
+            result, entry_key, reader = _cached(path, use_cache)
+            if result is None and not _batched(reader, path):
+                result = _read_somewhere(reader, path, position, None, entry_key)
+                _store(path, result, entry_key, use_cache)
+            if result is not None:
+                results[k] = _with_warnings(result, cache.warnings()[seen:])
+                continue
+            decoded = _decoded_alone(path, position)
+            pending.append((k, entry_key, cache.warnings()[seen:], decoded))
+    finally:
+        for (k, entry_key, fresh, _), result in zip(pending, chrome.read_batch([p[-1] for p in pending]),
+                                                    strict=True):
+            seen = len(cache.warnings())
+            _store(Path(jobs[k][0]), result, entry_key, use_cache)
+            results[k] = _with_warnings(result, [*fresh, *cache.warnings()[seen:]])
+    return [r for r in results if r is not None]
+
+
+def _cached(path: Path, use_cache: bool) -> tuple[FileResult | None, str | None, readers.Reader]:
+    """The file's valid cache entry (None: none, or not to be used), its cache key and its reader."""
     entry_key = cache.key(path)
     reader = readers.reader_for(path)
     result = cache.get(path, entry_key) if use_cache else None
     if result is not None and not result.meta.get("spill") and reader.spills(path):
         result = None  # held in memory under a bigger budget: read again within this one
-    if result is None:
-        split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
-        with _pool(workers - 1) if split else nullcontext() as pool:
-            result = _read_somewhere(reader, path, position, pool, entry_key)
-        if use_cache and entry_key is not None and cache.key(path) == entry_key:  # unchanged while read
-            cache.put(path, result, entry_key)
-    fresh = cache.warnings()[seen:]
+    return result, entry_key, reader
+
+
+def _store(path: Path, result: FileResult, entry_key: str | None, use_cache: bool) -> None:
+    """A file just read into the cache, unless it changed while it was read."""
+    if use_cache and entry_key is not None and cache.key(path) == entry_key:
+        cache.put(path, result, entry_key)
+
+
+def _with_warnings(result: FileResult, fresh: list[str]) -> FileResult:
+    """The file's result on the one clock, with the cache's warnings raised while it was read."""
     return _on_clock(replace(result, warnings=[*result.warnings, *fresh]) if fresh else result)
+
+
+def _batched(reader: readers.Reader, path: Path) -> bool:
+    """Whether a file not in the cache is read with others (``read_files``): a Chrome JSON trace read in
+    memory, without a work folder or a spill."""
+    return reader.name == "json" and not reader.writes_files(path) and not reader.spills(path)
+
+
+def _decoded_alone(path: Path, position: int) -> Pending:
+    """A small Chrome JSON trace decoded (``chrome.decode_pending``), with ``read_one``'s errors."""
+    from pipebubble.ingest import chrome
+
+    try:
+        return chrome.decode_pending(path, position)
+    except OSError as exc:
+        raise TraceFormatError(path, exc.strerror or str(exc)) from None
 
 
 def _on_clock(result: FileResult) -> FileResult:

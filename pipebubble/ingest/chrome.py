@@ -9,10 +9,12 @@ Decoding the JSON is ``jsontrace``; pairing ``B``/``E`` and async ``b``/``e`` ev
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
 from collections import Counter
 from concurrent.futures import Executor
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -89,6 +91,89 @@ def read(
     with jsontrace.opened(path, scratch) as trace:
         decoded = jsontrace.decode(path, trace.data, pool, finish, trace.disk)
         gzip_warning = trace.warning
+    return _result(path, position, decoded, gzip_warning, spill)
+
+
+@dataclass
+class Pending:
+    """A small trace decoded, its spans not yet made: ``read_batch`` makes a batch's in one plan."""
+
+    path: Path
+    position: int
+    decoded: jsontrace.Decoded  # ``events``: a plan of the file's kept events
+    gzip_warning: str | None = None
+
+
+def decode_pending(path: Path, position: int = 0) -> Pending:
+    """``read``'s first half for a small trace (in memory, on this core): the file decoded, each block's
+    events left a plan for ``read_batch`` to run with the other files' (a small file's fixed cost is its
+    queries). Raises what ``read`` raises for the same file."""
+    with jsontrace.opened(path) as trace:
+        decoded = jsontrace.decode(path, trace.data, None, lambda header: _deferred)
+        return Pending(path, position, decoded, trace.warning)
+
+
+def _deferred(
+    events: pl.DataFrame | pl.LazyFrame, phases: Counter[str] | None = None
+) -> tuple[pl.LazyFrame, None, Counter, list[str], None]:
+    """A block's work put off (``decode_pending``): its events as a plan, nothing made of them yet."""
+    return events.lazy(), None, Counter(), [], None
+
+
+def read_batch(files: list[Pending]) -> list[FileResult]:
+    """Each decoded file as ``read`` gives it. Their spans, counts of events not kept, allocator events and
+    events left to pair or name come from one plan over all their events (``_span_plans``, each file's
+    source, rank and base looked up by its place in the batch), split by file; what only some files have
+    (pairs, names, allocator totals) is done for those alone."""
+    if not files:
+        return []
+    events = pl.concat([f.decoded.events.lazy().with_columns(pl.lit(k, pl.Int32).alias(_FILE))
+                        for k, f in enumerate(files)], how="vertical").collect(engine=ENGINE)  # run once, not per plan
+    phases = sum((f.decoded.phases for f in files), Counter())
+    ranks = [_rank(f.decoded.header, f.path, f.position)[0] for f in files]
+    each = partial(_of_file, pl.col(_FILE))
+    plans = _span_plans(events, each([str(f.path) for f in files], pl.String), each(ranks, pl.Int64),
+                        each([f.decoded.header.get("base_time_ns") or 0 for f in files], pl.Int64), phases, (_FILE,))
+    got = dict(zip(plans, pl.collect_all(list(plans.values()), engine=ENGINE), strict=True))
+    tables, rests = _by_file(got["table"], len(files)), _by_file(got.get("rest"), len(files))
+    memory = _by_file(got.get("memory"), len(files))
+    skipped = [Counter() for _ in files]
+    for reasons in (got["reasons"], got.get("memory_reasons")):
+        for k, reason, n in reasons.iter_rows() if reasons is not None else ():
+            skipped[k][reason] += n
+    no_rest = pl.DataFrame(schema=COLUMNS)
+    return [
+        _result(f.path, f.position, replace(f.decoded, events=no_rest if rest is None else rest, spans=[table],
+                                            skipped=skip, memory=[mem] if mem is not None and mem.height else []),
+                f.gzip_warning)
+        for f, table, rest, mem, skip in zip(files, tables, rests, memory, skipped, strict=True)
+    ]
+
+
+#: The column a batch's plan tells its files apart by: each file's place in the batch.
+_FILE = "file"
+
+
+def _of_file(file: pl.Expr, values: list, dtype: pl.DataType) -> pl.Expr:
+    """Each row's value of its file (``values``, by place in the batch)."""
+    return pl.lit(pl.Series(values, dtype=dtype)).gather(file)
+
+
+def _by_file(frame: pl.DataFrame | None, files: int) -> list[pl.DataFrame | None]:
+    """A batch's rows split by file (``_FILE`` dropped): each file's are one run, in file order, as every
+    plan keeps its rows' order; None for every file without ``frame``."""
+    if frame is None:
+        return [None] * files
+    counts = dict(frame.drop_in_place(_FILE).value_counts().iter_rows())
+    rows = [counts.get(k, 0) for k in range(files)]
+    return [frame.slice(start, n) for start, n in zip(itertools.accumulate(rows, initial=0), rows, strict=False)]
+
+
+def _result(
+    path: Path, position: int, decoded: jsontrace.Decoded, gzip_warning: str | None, spill: Path | None = None
+) -> FileResult:
+    """A decoded file whose blocks' spans are made: its B/E and async events paired, its names read, its
+    parts put together (and spilled, with ``spill``)."""
     header, events = decoded.header, decoded.events
     rank, rank_warning = _rank(header, path, position)
     skipped = _not_spans(decoded.phases) + decoded.skipped
@@ -96,8 +181,8 @@ def read(
     if any(decoded.phases[ph] for ph in PAIRED_PHASES):  # most traces have none to pair
         paired, unmatched = jsonpairs.paired_spans(events)
         skipped.update(unmatched)
-        table, reasons = _to_spans(paired.lazy().with_columns(reason=pl.lit(None, pl.String)), str(path), rank,
-                                   paired.height)
+        table, reasons = _to_spans(paired.lazy().with_columns(reason=pl.lit(None, pl.String)), pl.lit(str(path)),
+                                   pl.lit(rank), paired.height)
         paired_spans, reasons = pl.collect_all([table, reasons], engine=ENGINE)
         skipped.update(Counter(dict(reasons.iter_rows())))
         parts.append(paired_spans)
@@ -169,6 +254,34 @@ def block_spans(
 
     ``ts_ns`` and ``base`` both lie strictly within ±2**62, so their sum cannot overflow; a sum beyond the
     limit marks the event ``out_of_range``."""
+    plans = _span_plans(events, pl.lit(source), pl.lit(rank), pl.lit(base), phases)
+    if spill is not None:
+        plans["table"] = plans["table"].sort("start")
+    got = dict(zip(plans, pl.collect_all(list(plans.values()), engine=ENGINE), strict=True))
+    table, written = got["table"], []
+    if spill is not None:
+        written = _write_part(table, spill)
+        table = table.clear()
+    skipped = Counter(dict(got["reasons"].iter_rows()))
+    if "memory_reasons" in got:
+        skipped += Counter(dict(got["memory_reasons"].iter_rows()))
+    rest = got["rest"] if "rest" in got else pl.DataFrame(schema=COLUMNS)
+    return rest, table, skipped, written, got.get("memory")
+
+
+def _span_plans(
+    events: pl.DataFrame | pl.LazyFrame,
+    source: pl.Expr,
+    rank: pl.Expr,
+    base: pl.Expr,
+    phases: Counter[str] | None,
+    by: tuple[str, ...] = (),
+) -> dict[str, pl.LazyFrame]:
+    """``block_spans``' plans, not yet run: ``table`` and ``reasons`` always, ``rest`` (the events to pair
+    or name) and ``memory`` and ``memory_reasons`` where ``phases`` may hold such events. ``source``,
+    ``rank`` and ``base`` are each row's (literals for one file's block; for a batch of files, looked up by
+    file); the ``by`` columns (a batch's file) stay in every plan, counts included, so each file's rows can
+    be told apart."""
     limit = spans.TIME_LIMIT_NS
     ts = pl.col("ts_ns") + base
     events = events.lazy().with_columns(
@@ -176,23 +289,14 @@ def block_spans(
         skip=pl.coalesce("skip", pl.when(ts.abs() >= limit).then(pl.lit("out_of_range"))),
     )
     rest_phases, memory_phase = _present(phases, (*PAIRED_PHASES, "M")), _present(phases, (MEMORY_PHASE,))
-    complete = _complete_spans(events, only_complete=not (rest_phases or memory_phase))
-    table, reasons = _to_spans(complete, source, rank, phases["X"] if phases is not None else None)
-    plans = {"table": table.sort("start") if spill is not None else table, "reasons": reasons}
+    complete = _complete_spans(events, not (rest_phases or memory_phase), by)
+    table, reasons = _to_spans(complete, source, rank, phases["X"] if phases is not None else None, by)
+    plans = {"table": table, "reasons": reasons}
     if rest_phases:
         plans["rest"] = events.filter(pl.col("ph").is_in([*PAIRED_PHASES, "M"]))
     if memory_phase:
-        plans["memory"], plans["memory_reasons"] = _allocator_events(events, source, rank)
-    got = dict(zip(plans, pl.collect_all(list(plans.values()), engine=ENGINE), strict=True))
-    table, written = got["table"], []
-    if spill is not None:
-        written = _write_part(table, spill)
-        table = table.clear()
-    skipped = Counter(dict(got["reasons"].iter_rows()))
-    if memory_phase:
-        skipped += Counter(dict(got["memory_reasons"].iter_rows()))
-    rest = got["rest"] if rest_phases else pl.DataFrame(schema=COLUMNS)
-    return rest, table, skipped, written, got.get("memory")
+        plans["memory"], plans["memory_reasons"] = _allocator_events(events, source, rank, by)
+    return plans
 
 
 def _present(phases: Counter[str] | None, wanted: tuple[str, ...]) -> bool:
@@ -200,12 +304,14 @@ def _present(phases: Counter[str] | None, wanted: tuple[str, ...]) -> bool:
     return phases is None or any(phases[ph] for ph in wanted)
 
 
-def _allocator_events(events: pl.LazyFrame, source: str, rank: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def _allocator_events(
+    events: pl.LazyFrame, source: pl.Expr, rank: pl.Expr, by: tuple[str, ...] = ()
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """The block's allocator events (phase "i", ``[memory]``) as rows of the allocator-event table, without
     running totals (``allocations.with_running_totals`` adds them over the whole file), and the count of
     those not kept by reason: a bad time (``skip``), no bytes (``memory_bad_value``), a GPU without an Int32
     device id (``device_out_of_range``). ``Device Type`` is c10's number (0 CPU, 1 CUDA); without one, a
-    ``Device Id`` of -1 is host memory and any other a GPU's."""
+    ``Device Id`` of -1 is host memory and any other a GPU's. The ``by`` columns are kept (``_span_plans``)."""
     rows = events.filter(pl.col("ph") == "i")
     kind = pl.col("mem_type").replace_strict(allocations.DEVICE_TYPES, default=pl.format("type{}", pl.col("mem_type")),
                                              return_dtype=pl.String)
@@ -221,13 +327,12 @@ def _allocator_events(events: pl.LazyFrame, source: str, rank: int) -> tuple[pl.
         pl.when(bad_device).then(pl.lit("device_out_of_range")),
     )
     rows = rows.with_columns(reason=reason)
-    reasons = rows.filter(pl.col("reason").is_not_null()).group_by("reason").len()
+    reasons = rows.filter(pl.col("reason").is_not_null()).group_by(*by, "reason").len()
     kept = rows.filter(pl.col("reason").is_null()).with_columns(
-        device=pl.when(gpu).then(pl.col("mem_device")), rank=pl.lit(rank), source=pl.lit(source))
-    kept = kept.with_columns(lane=allocations.lane(pl.lit(f"rank{rank}")))
-    table = allocations.conform(kept.rename({"ts_ns": "ts", "mem_bytes": "bytes", "mem_allocated": "allocated",
-                                             "mem_reserved": "reserved"}).drop("mem_type", "mem_device"))
-    return table, reasons
+        device=pl.when(gpu).then(pl.col("mem_device")), rank=rank, source=source)
+    kept = kept.with_columns(lane=allocations.lane(pl.format("rank{}", rank)))
+    kept = kept.rename({"ts_ns": "ts", "mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved"})
+    return spans.conform(kept, {**allocations.SCHEMA, **{c: pl.Int32 for c in by}}), reasons
 
 
 def _spilled_rows(folder: Path) -> int:
@@ -255,16 +360,19 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
     return skipped
 
 
-def _complete_spans(events: pl.LazyFrame, only_complete: bool = False) -> pl.LazyFrame:
+def _complete_spans(events: pl.LazyFrame, only_complete: bool = False, by: tuple[str, ...] = ()) -> pl.LazyFrame:
     """``X`` events as span rows, with the ``reason`` those without a valid time, and Kineto's own profile
     span, are not kept for (null for the others); ``only_complete``: every event is an ``X`` event."""
     rows = events if only_complete else events.filter(pl.col("ph") == "X")
     return rows.select(
-        "cat", "name", "pid", "tid", "external_id", "correlation", start=pl.col("ts_ns"), end=_END, reason=_REASON
+        "cat", "name", "pid", "tid", "external_id", "correlation", *by, start=pl.col("ts_ns"), end=_END,
+        reason=_REASON,
     )
 
 
-def _to_spans(raw: pl.LazyFrame, source: str, rank: int, rows: int | None = None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def _to_spans(
+    raw: pl.LazyFrame, source: pl.Expr, rank: pl.Expr, rows: int | None = None, by: tuple[str, ...] = ()
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """Span rows (``raw``: ``_ROW_COLUMNS``, a ``reason`` to skip, null to keep) to the span table:
     categories to kinds, GPU events to (device, stream), lanes named; and the count of rows not kept by
     reason (``reason``, ``len``), GPU events whose pid (the device) does not fit Int32 as
@@ -272,12 +380,13 @@ def _to_spans(raw: pl.LazyFrame, source: str, rank: int, rows: int | None = None
     repeat heavily: it is worked out once per distinct four (the regexes, the lowercasing, the string
     formatting) and joined back, unless ``raw`` has fewer than ``_PER_ROW`` rows (``rows``, when known):
     then row by row, as the join costs a small file more than it saves. Both are lazy: collected together,
-    they share one pass."""
-    keys = ["cat", "name", "pid", "tid"]
+    they share one pass. ``source`` and ``rank`` are each row's; ``rank`` may read only the ``by`` columns
+    (a batch's file), which are kept in both."""
+    keys = ["cat", "name", "pid", "tid", *by]
     lane = (
         pl.when("on_device")
-        .then(pl.format("rank{}/gpu{}", pl.lit(rank), pl.col("pid")))
-        .otherwise(pl.format("rank{}/pid{}/tid{}", pl.lit(rank), pl.col("pid"), pl.col("tid")))
+        .then(pl.format("rank{}/gpu{}", rank, pl.col("pid")))
+        .otherwise(pl.format("rank{}/pid{}/tid{}", rank, pl.col("pid"), pl.col("tid")))
     )
 
     def looked(frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -289,10 +398,9 @@ def _to_spans(raw: pl.LazyFrame, source: str, rank: int, rows: int | None = None
         frame = raw.join(looked(raw.select(keys).unique(keys)), on=keys, how="left", nulls_equal=True,
                          maintain_order="left")
     frame = frame.with_columns(reason=pl.coalesce("reason", pl.when("off").then(pl.lit("device_out_of_range"))))
-    reasons = frame.filter(pl.col("reason").is_not_null()).group_by("reason").len()
-    table = frame.filter(pl.col("reason").is_null()).with_columns(
-        *_ON_GPU, source=pl.lit(source), rank=pl.lit(rank))
-    return table.select(_SPAN_SCHEMA), reasons
+    reasons = frame.filter(pl.col("reason").is_not_null()).group_by(*by, "reason").len()
+    table = frame.filter(pl.col("reason").is_null()).with_columns(*_ON_GPU, source=source, rank=rank)
+    return table.select(*_SPAN_SCHEMA, *by), reasons
 
 
 def _kind() -> pl.Expr:

@@ -44,7 +44,7 @@ class Block:
     """One decoded block: its event columns (what ``finish`` left of them), phase counts, and what ``finish``
     made of it in the process that decoded it (spans, counts of events not kept, the files it wrote)."""
 
-    events: pl.DataFrame
+    events: pl.DataFrame | pl.LazyFrame
     phases: Counter[str]
     spans: pl.DataFrame | None = None
     skipped: Counter[str] = field(default_factory=Counter)
@@ -55,7 +55,8 @@ class Block:
 
 #: Per-block work run where the block was decoded, called as ``fn(events, phases=...)``: the events (a frame,
 #: or a plan for it to run) and the block's phase counts in; (events left, spans, skipped counts, files
-#: written: a spilled block's Parquet part, allocator events or None) out.
+#: written: a spilled block's Parquet part, allocator events or None) out. Work put off for a batch of files
+#: (``chrome.decode_pending``) gives the events back as a plan, and no spans.
 Finish = Callable[..., tuple[pl.DataFrame, pl.DataFrame, Counter, list[str], pl.DataFrame | None]]
 
 

@@ -44,9 +44,10 @@ GUNZIP_TO_DISK = 16 << 20
 
 @dataclass
 class Decoded:
-    """Raw event columns of one file plus its header and what could not be read."""
+    """Raw event columns of one file plus its header and what could not be read; ``events`` is a plan of
+    them all when each block's work was put off (``chrome.decode_pending``)."""
 
-    events: pl.DataFrame
+    events: pl.DataFrame | pl.LazyFrame
     phases: Counter[str] = field(default_factory=Counter)
     header: dict[str, Any] = field(default_factory=dict)
     unread_bytes: int = 0
