@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from functools import partial
-from itertools import islice
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -217,48 +216,56 @@ def pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``workers`` processes, forked from a fork server (``warm``) where the platform has one,
     else freshly spawned; never forked from this process, whose polars threads would not survive it. Each
     worker starts in this process's working folder and environment. When the pool closes, its workers
-    are joined, and the fork server (unless it was running before) and multiprocessing's resource tracker
-    are stopped too, so no process of ours outlives the command."""
+    are joined, and the fork server (unless someone else started it) and multiprocessing's resource
+    tracker are stopped too, so no process of ours outlives the command."""
     from pipebubble import _worker
 
     method = _start_method()
-    started = method == "forkserver" and _start_server()
+    if method == "forkserver":
+        warm()
     executor = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_worker.init,
                                    initargs=(_cwd(), dict(os.environ)))
     try:
         yield executor
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
-        if started or _warmed.pop("server", False):
-            _stop_server()
+        _stop_server()
         _stop_resource_tracker()
 
 
 #: Modules the fork server loads before it forks any worker: polars and the map (pipebubble._forkserver).
 PRELOAD = ["pipebubble._forkserver"]
-#: A file this big is probably decoded in blocks on a pool (``ingest.readers``: over 32 MB of text).
-WARM_FILE_BYTES = 32 << 20
-_warmed: dict[str, bool] = {}
+_ours: list[bool] = [False]  # whether the fork server running is the one ``warm`` started
 
 
-def warm(paths: list[str]) -> None:
-    """Start the fork server a pool's workers come from now, when ``paths`` look like work for a pool (a
-    folder of several files, or one big file): it loads polars and the map while this process loads its
-    own, and the workers, forked from it later, start at once instead of a third of a second after the
-    pool opens. A hint: a wrong guess costs one idle process, stopped with the next pool or at exit."""
-    if _start_method() == "forkserver" and (os.cpu_count() or 1) > 1 and any(map(_worth_a_pool, paths)):
-        _warmed["server"] = _start_server() or _warmed.get("server", False)
+def warm() -> None:
+    """Start the fork server a pool's workers come from, where the platform has one and there are cores
+    for workers. Called ahead of the pool (as a command that reads traces does, first thing, when its
+    paths look like work for one), it loads polars and the map while this process loads its own, and
+    the workers, forked from it later, start at once instead of a third of a second after the pool
+    opens. A server someone else started is used as it is."""
+    from multiprocessing import forkserver
+
+    if _start_method() != "forkserver" or (os.cpu_count() or 1) < 2:
+        return
+    server = forkserver._forkserver  # noqa: SLF001 - whether it runs has no public question
+    if server._forkserver_pid is None:  # noqa: SLF001
+        server.set_forkserver_preload(PRELOAD)
+        server.ensure_running()
+        _ours[0] = True
 
 
-def _worth_a_pool(name: str) -> bool:
+def _stop_server() -> None:
+    """The fork server ``warm`` started, stopped (it leaves without the interpreter's teardown)."""
+    if not _ours[0]:
+        return
+    _ours[0] = False
     try:
-        path = Path(name)
-        if path.is_dir():
-            with os.scandir(path) as entries:
-                return len(list(islice(entries, 2))) == 2
-        return path.is_file() and path.stat().st_size > WARM_FILE_BYTES
-    except OSError:
-        return False
+        from multiprocessing import forkserver
+
+        forkserver._forkserver._stop()  # noqa: SLF001 - no public way to stop it
+    except Exception:  # noqa: BLE001 - a server that is gone already: nothing to stop
+        pass
 
 
 def _cwd() -> str | None:
@@ -272,27 +279,6 @@ def _start_method() -> str:
     from multiprocessing import get_all_start_methods
 
     return "forkserver" if "forkserver" in get_all_start_methods() else "spawn"
-
-
-def _start_server() -> bool:
-    """Make sure the fork server runs, loading ``PRELOAD``: True when this call started it."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver  # noqa: SLF001 - whether it runs has no public question
-    if server._forkserver_pid is not None:  # noqa: SLF001
-        return False
-    server.set_forkserver_preload(PRELOAD)
-    server.ensure_running()
-    return True
-
-
-def _stop_server() -> None:
-    try:
-        from multiprocessing import forkserver
-
-        forkserver._forkserver._stop()  # noqa: SLF001 - no public way to stop it
-    except Exception:  # noqa: BLE001 - a server that is gone already: nothing to stop
-        pass
 
 
 def _stop_resource_tracker() -> None:

@@ -130,7 +130,7 @@ def test_workers_of_a_server_warmed_earlier_see_the_command_as_the_pool_opens(tm
         (folder / f"rank{i}.json").write_text("{}")
     (tmp_path / "elsewhere").mkdir()
     lines = _children_after(f"""
-        executor.warm([{str(folder)!r}])
+        executor.warm()
         warmed = children()
         os.environ["PIPEBUBBLE_TEST_MARK"] = "set later"
         os.chdir("elsewhere")
@@ -145,13 +145,25 @@ def test_workers_of_a_server_warmed_earlier_see_the_command_as_the_pool_opens(tm
     assert left == "0"
 
 
-def test_warm_starts_nothing_for_work_one_process_does(tmp_path):
-    """A small lone file, a folder of one, or a name that is not there: no server is started for them."""
+def test_only_paths_that_look_like_work_for_a_pool_warm_one(tmp_path, monkeypatch):
+    """A folder of two traces or more, or a file that might be decoded in blocks, asks for the fork server
+    ahead; a small lone file, a folder of one trace (beside files that are not traces), a name that is not
+    there, or a flag does not."""
+    from pipebubble import ingest
+    from pipebubble.ingest import readers
+
     (tmp_path / "one").mkdir()
     (tmp_path / "one" / "rank0.json").write_text("{}")
+    (tmp_path / "one" / "capture.json").write_text("{}")
+    (tmp_path / "one" / ".rank1.json").write_text("{}")
+    (tmp_path / "two").mkdir()
+    for i in range(2):
+        (tmp_path / "two" / f"rank{i}.json").write_text("{}")
     (tmp_path / "small.json").write_text("{}")
-    lines = _children_after("""
-        executor.warm(["small.json", "one", "missing", "--format"])
-        print(children())
-    """, tmp_path)
-    assert lines == ["0"]
+    big = tmp_path / "big.json"
+    big.write_bytes(b"x" * 2048)
+    monkeypatch.setattr(readers, "SPLIT_FLOOR_BYTES", 1024)
+    asked = {name: ingest.may_need_a_pool(str(tmp_path / name))
+             for name in ("one", "two", "small.json", "big.json", "missing")}
+    assert asked == {"one": False, "two": True, "small.json": False, "big.json": True, "missing": False}
+    assert not ingest.may_need_a_pool("--format")

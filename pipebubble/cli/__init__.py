@@ -77,11 +77,15 @@ def _named(argv: list[str] | None) -> str | None:
 
 def _warm(argv: list[str]) -> None:
     """A command that reads traces named on its line gets its workers' fork server started now, while this
-    process loads the rest (``executor.warm``: only where they look like work for a pool)."""
-    if _named(argv) in READS_TRACES:
-        from pipebubble import executor
+    process loads the rest (``executor.warm``), where they look like work for a pool
+    (``ingest.may_need_a_pool``)."""
+    named = _named(argv)
+    if named in READS_TRACES:
+        from pipebubble import executor, ingest
 
-        executor.warm([a for a in argv[1:] if not a.startswith("-")])
+        paths = [a for a in argv if not a.startswith("-") and a != named]
+        if any(map(ingest.may_need_a_pool, paths)):
+            executor.warm()
 
 
 def _as_module() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -267,6 +269,20 @@ def _pool(workers: int) -> AbstractContextManager[Executor]:
 
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     return executor.pool(workers)
+
+
+def may_need_a_pool(name: str) -> bool:
+    """Whether a path given on the command line looks like work for a pool of processes: a folder of two
+    trace files or more, or a file that might be decoded in blocks (``readers.may_split``). Asked first
+    thing, before polars is loaded: a stat or two, and a guess (a wrong one costs an idle process)."""
+    path = Path(name)
+    try:
+        if path.is_dir():
+            with os.scandir(path) as entries:
+                return len(list(islice((e for e in entries if _is_trace_name(Path(e.path))), 2))) == 2
+        return readers.may_split(path)
+    except OSError:
+        return False
 
 
 def _is_trace_name(path: Path) -> bool:

@@ -155,11 +155,22 @@ def _json_spills(path: Path) -> bool:
     return path.is_file() and _json_text_bytes(path) >= budget.spill_bytes()
 
 
+#: No less JSON text than this is worth decoding in blocks on a pool, whatever the block size.
+SPLIT_FLOOR_BYTES = 32 << 20
+
+
 def _json_splits(path: Path) -> bool:
-    """Enough decode blocks' worth of JSON text to be worth starting a pool for (over 32 MB)."""
+    """Enough decode blocks' worth of JSON text to be worth starting a pool for (four blocks, and over
+    ``SPLIT_FLOOR_BYTES``)."""
     from pipebubble.ingest.jsontrace import BLOCK_BYTES
 
-    return path.is_file() and _json_text_bytes(path) > max(4 * BLOCK_BYTES, 32 << 20)
+    return path.is_file() and _json_text_bytes(path) > max(4 * BLOCK_BYTES, SPLIT_FLOOR_BYTES)
+
+
+def may_split(path: Path) -> bool:
+    """Whether a file might be decoded in blocks on a pool (over ``SPLIT_FLOOR_BYTES`` of text), asked
+    before polars is loaded, so without the block size or the file's format."""
+    return path.is_file() and _json_text_bytes(path) > SPLIT_FLOOR_BYTES
 
 
 # --- request spans: OTLP JSON (an OpenTelemetry Collector's file exporter) and Jaeger JSON, told by content ---
