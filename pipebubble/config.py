@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pipebubble.errors import ConfigError
-from pipebubble.gates import GATES, parse_threshold, parse_tolerance
 from pipebubble.options import SETTINGS
 
 __all__ = ["Config", "ConfigError", "find", "load"]
@@ -80,6 +79,8 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _parse(path: Path, table: dict[str, Any]) -> Config:
+    from pipebubble.gates import GATES, parse_threshold, parse_tolerance  # only a settings file loads the gates
+
     _known(path, "", table, {"check", "diff", "stages"})
     check = _keys(table.get("check", {}))
     _known(path, "check.", check, set(GATES))

@@ -24,12 +24,10 @@ from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.breakdown.strips import empty_bins, job_strips, strip_bins
 from pipebubble.analysis.critical import CriticalPart, critical_part, median_path
-from pipebubble.analysis.findings import findings
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
 from pipebubble.analysis.memory import MemoryPart, memory_part, memory_report
-from pipebubble.analysis.memory.fit import with_memory
 from pipebubble.analysis.registry import (
     breakdown_part,
     comm_part,
@@ -322,6 +320,8 @@ def _collector_paused() -> Iterator[None]:
 def _reduced(parts: list[FilePart], options: Options) -> Report:
     """The whole report from the files' parts (``reduce``)."""
     from pipebubble.alignment import aligned
+    from pipebubble.analysis.findings import findings  # the reduce's alone: not loaded by a worker
+    from pipebubble.analysis.memory.fit import with_memory
     from pipebubble.errors import TraceFormatError
 
     summary = summarize(parts)

@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
 from pipebubble.errors import OutputError, ReaderLeft
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich loads only to print to a console (a terminal's report, the reading progress)
+    from rich.console import Console
+
     from pipebubble.render.formats import OutputFormat
 
 #: Names that fit any text format (a log, a CI artifact), and names of what no text format is.
@@ -30,6 +30,8 @@ def console_wants_color() -> bool:
 
 def console(output: Path | None = None, width: int | None = None) -> Console:
     """A console for stdout (plain when piped or NO_COLOR is set) or for a file (always plain)."""
+    from rich.console import Console
+
     if output is not None:
         return Console(file=open(output, "w"), width=width or 120, no_color=True, highlight=False)
     plain = not sys.stdout.isatty() or "NO_COLOR" in os.environ
@@ -148,6 +150,7 @@ class _Reading:
 
     def __init__(self, files: list[Path]) -> None:
         from rich import progress as rp
+        from rich.console import Console
 
         self.sizes = {str(f): _size(f) for f in files}
         self.finished: set[str] = set()

@@ -7,10 +7,12 @@ CLI's ``--format`` choices and ``-o`` suffixes come from: ``formats.pick``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipebubble.render import formats
-from pipebubble.report import Report
+
+if TYPE_CHECKING:  # the report's classes load with the analysis, not with the CLI's --format choices
+    from pipebubble.report import Report
 
 REPORT_COMMANDS = ("analyze", "export")  # the commands whose subject is a Report
 
