@@ -18,7 +18,7 @@ import typer
 
 from pipebubble.options import EXECUTORS, STAGE_BY, Options, Scale, merge
 from pipebubble.render.formats import CSV_TABLES, TIME_UNITS
-from pipebubble.render.formats import names as format_names
+from pipebubble.render.formats import choices as format_choices
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
@@ -132,8 +132,8 @@ Strict = Annotated[bool, typer.Option(
 Tolerance = Annotated[str | None, typer.Option(
     help="Relative worsening allowed, of each metric's baseline value: 5% or 0.05 (a bare 5 is refused; write "
     "500%). Default: the diff table of pipebubble.toml, else 5%.", rich_help_panel=GATES)]
-# check and diff offer the same formats (``render.gates.FORMATS``), named by the registry without loading the writers
-GateFormat = Enum("GateFormat", {name: name for name in format_names("check")}, type=str)  # type: ignore[misc]
+# check and diff offer the same formats, named by the registry without loading the writers
+GateFormat = format_choices("check")
 GateFormatOpt = Annotated[GateFormat, typer.Option(
     "--format", "-f", help="text, json, junit (JUnit XML for CI test reports), github (workflow commands: "
     "annotations on the trace or baseline) or markdown (a PR comment or job summary).", rich_help_panel=OUTPUT)]
