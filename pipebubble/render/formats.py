@@ -145,8 +145,8 @@ def _gates(command: str, fmt: str) -> Callable[[Any, Options], str]:
     return render
 
 
-#: check and diff offer the same five formats (``render.gates.FORMATS``), chosen by --format only.
-_GATE_FORMATS = (("text", (".txt",), "the verdict, one line per gate or metric"),
+#: check and diff offer the same five formats, chosen by --format only (``render.gates.FORMATS`` is their names).
+GATE_FORMATS = (("text", (".txt",), "the verdict, one line per gate or metric"),
                  ("json", (".json",), "the verdict as JSON"),
                  ("junit", (".xml",), "JUnit XML for CI (junit-10)"),
                  ("github", (), "GitHub Actions annotations"),
@@ -155,7 +155,7 @@ _GATE_FORMATS = (("text", (".txt",), "the verdict, one line per gate or metric")
 
 def _gate_command(command: str) -> Command:
     return Command(tuple(OutputFormat(name, suffixes, False, _gates(command, name), text)
-                         for name, suffixes, text in _GATE_FORMATS), "text", by_suffix=False)
+                         for name, suffixes, text in GATE_FORMATS), "text", by_suffix=False)
 
 
 def _theory(name: str) -> Callable[[Any, Options], str]:

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 
 from pipebubble.gates import CheckResult, Delta, DiffResult, Gate
 from pipebubble.render import cells
+from pipebubble.render.formats import GATE_FORMATS
 
-FORMATS = ("text", "json", "junit", "github", "markdown")  # what check and diff both offer (--format)
+FORMATS = tuple(name for name, _, _ in GATE_FORMATS)  # what check and diff both offer (--format)
 NAMED = 12  # regressions named in the one-line verdict (the table and JSON list them all)
 TAGS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "error": "ERROR", "regressed": "REGRESSED",
         "improved": "IMPROVED", "ok": "ok", "unmatched": "UNMATCHED"}
