@@ -86,44 +86,62 @@ def label_spans(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tup
     return found.collect(engine=ENGINE), pattern, regex
 
 
-def _chosen(spans: pl.DataFrame, microbatch_regex: str | None) -> tuple[pl.LazyFrame, str | None, str]:
+def _chosen(spans: pl.DataFrame, microbatch_regex: str | None,
+            names: pl.DataFrame | None = None) -> tuple[pl.LazyFrame, str | None, str]:
     """``label_spans``, its labels as a query: which pattern wins is told in one pass over the distinct
-    (kind, name) pairs, each pattern's regex run once per pair."""
-    candidates = [(name, regex, pl.col("kind") == "annotation") for name, regex in LABEL_PATTERNS]
-    if microbatch_regex:
-        check_regex(microbatch_regex)
-        candidates[:0] = [("custom", microbatch_regex, pl.col("kind") == "annotation"),
-                          ("custom", microbatch_regex, pl.col("kind").is_in(PASS_KINDS))]
-    names = spans.lazy().select("kind", "name").unique().with_columns(
-        (among & pl.col("name").str.contains(regex)).alias(str(k)) for k, (_, regex, among) in enumerate(candidates)
-    ).collect(engine=ENGINE)
-    for k, (name, regex, among) in enumerate(candidates):
+    (kind, name) pairs, each pattern's regex run once per pair (``names``: ``label_names`` of those pairs,
+    where the caller has them)."""
+    if names is None:
+        names = label_names(spans, ["kind", "name"], microbatch_regex)
+    for k, (name, regex, among) in enumerate(_candidates(microbatch_regex)):
         hits = names["name"].filter(names[str(k)])
         if hits.len():
-            return spans.lazy().filter(among & pl.col("name").is_in(pl.lit(hits).implode())), name, regex
+            found = spans.lazy().filter(among & pl.col("name").is_in(pl.lit(hits).implode()))
+            return found, name.removesuffix(":work"), regex
     return spans.lazy().clear(), None, ""
 
 
-def label_choices(spans: pl.DataFrame, microbatch_regex: str | None = None) -> dict[int, str | None]:
-    """Per rank, the pattern ``label_spans`` would choose on that rank's spans alone, in one pass over the
-    distinct names: ``custom`` (a custom regex found among annotations), ``custom:work`` (among work spans),
-    a built-in pattern's name, or None. A spilled table's scan is read in a stream, never whole."""
+def _candidates(microbatch_regex: str | None) -> list[tuple[str, str, pl.Expr]]:
+    """(name, regex, the spans it looks among) of each label pattern, in the order they are tried: a custom
+    regex first, among annotations (``custom``) then among work spans (``custom:work``)."""
     candidates = [(name, regex, pl.col("kind") == "annotation") for name, regex in LABEL_PATTERNS]
     if microbatch_regex:
         check_regex(microbatch_regex)
         candidates[:0] = [("custom", microbatch_regex, pl.col("kind") == "annotation"),
                           ("custom:work", microbatch_regex, pl.col("kind").is_in(PASS_KINDS))]
-    names = spans.lazy().select("rank", "kind", "name").unique()
-    found = names.group_by("rank").agg(
-        (among & pl.col("name").str.contains(regex)).any().alias(name) for name, regex, among in candidates
+    return candidates
+
+
+def label_names(spans: pl.DataFrame | pl.LazyFrame, columns: list[str | pl.Expr],
+                microbatch_regex: str | None = None) -> pl.DataFrame:
+    """The distinct ``columns`` of ``spans`` (``kind``, ``name`` and any others, such as ``rank``), each row
+    with whether each pattern of ``_candidates`` finds its name a label (columns ``0``, ``1`` ... in their
+    order): what ``label_choices`` and ``labels`` choose a pattern from, so one frame's names serve both."""
+    return spans.lazy().select(columns).unique().with_columns(
+        (among & pl.col("name").str.contains(regex)).alias(str(k))
+        for k, (_, regex, among) in enumerate(_candidates(microbatch_regex))
     ).collect(engine=engine_for(spans))
+
+
+def label_choices(spans: pl.DataFrame | pl.LazyFrame, microbatch_regex: str | None = None,
+                  names: pl.DataFrame | None = None) -> dict[int, str | None]:
+    """Per rank, the pattern ``label_spans`` would choose on that rank's spans alone, in one pass over the
+    distinct names (``names``: their ``label_names``, with ``rank``, where the caller has them): ``custom`` (a
+    custom regex found among annotations), ``custom:work`` (among work spans), a built-in pattern's name, or
+    None. A spilled table's scan is read in a stream, never whole."""
+    candidates = _candidates(microbatch_regex)
+    if names is None:
+        names = label_names(spans, ["rank", "kind", "name"], microbatch_regex)
+    found = names.group_by("rank").agg(pl.col(str(k)).any() for k in range(len(candidates)))
     return {row[0]: next((name for (name, _, _), hit in zip(candidates, row[1:], strict=True) if hit), None)
             for row in found.iter_rows()}
 
 
-def labels(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tuple[pl.DataFrame, str | None]:
-    """Micro-batch labels (``LABEL_COLUMNS``) and which pattern matched."""
-    found, pattern, regex = _chosen(spans, microbatch_regex)
+def labels(spans: pl.DataFrame, microbatch_regex: str | None = None,
+           names: pl.DataFrame | None = None) -> tuple[pl.DataFrame, str | None]:
+    """Micro-batch labels (``LABEL_COLUMNS``) and which pattern matched (``names``: ``label_names`` of the
+    distinct names of ``spans``, where the caller has them)."""
+    found, pattern, regex = _chosen(spans, microbatch_regex, names)
     if pattern is None:
         empty = _with_key(found).with_columns(chunk=pl.lit(None, pl.Int32)).select(LABEL_COLUMNS)
         return empty.collect(engine=ENGINE), None

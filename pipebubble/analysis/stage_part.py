@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipebubble.analysis.intervals import ENGINE, engine_for, merge
-from pipebubble.analysis.labels import label_choices
+from pipebubble.analysis.labels import label_choices, label_names
 from pipebubble.analysis.stages import assign, pipeline_group
 from pipebubble.analysis.work import WORK_SCHEMA, labelled_work, stage_work
 from pipebubble.options import PipelineOptions
@@ -38,12 +38,14 @@ def stage_part(
 ) -> StagePart | None:
     """Map: one file's (or any subset's) stage work. None when no span belongs to a stage, or when the file
     is ``alone`` (the whole job) and holds a single stage that is not known to be one stage of a pipeline
-    (by micro-batch labels or its pipeline process group): no pipeline, so no work to label."""
+    (by micro-batch labels or its pipeline process group): no pipeline, so no work to label. Those checks
+    read the distinct names, taken once."""
     explicit = _explicit(options)
-    labelled = explicit or _one_stage_of_many(spans, options, groups)
-    if alone and not explicit and one_stage(spans) and not labelled:
+    names = None if explicit else _distinct(spans)
+    labelled = explicit or _one_stage_of_many(names, options, groups)
+    if alone and not explicit and one_stage(names) and not labelled:
         return None
-    if not labelled and not _ranks_sending(spans):
+    if not labelled and not _ranks_sending(names):
         return _unlabelled(spans, options, world, groups)
     mapped = assign(spans, options.stages, world, groups)
     stages = mapped.spans["stage"].drop_nulls()
@@ -62,11 +64,14 @@ def stage_parts(spans: pl.DataFrame, options: PipelineOptions, groups: dict[int,
     is one stage (its rank, or its place in its pipeline group), so its work is labelled with its rank as
     the stage, grouped by rank wherever a file alone would be (files whose labels follow different patterns
     apart), and split by rank. Files that are not one stage each (explicit stage options, several GPUs in
-    one rank) are left out: the caller maps them alone."""
+    one rank) are left out: the caller maps them alone. The distinct names, with the labels each pattern
+    finds among them, are read once: for each rank's choice of pattern, sends and GPUs, and each group's
+    labels."""
     if _explicit(options):
         return {}
     regex = options.stages.microbatch_regex
-    choices, sends, gpus = label_choices(spans, regex), _ranks_sending(spans), _gpus(spans)
+    names = label_names(spans, _DISTINCT, regex)
+    choices, sends, gpus = label_choices(names, regex, names), _ranks_sending(names), _gpus(names)
     out: dict[int, StagePart] = {}
     together: dict[str | None, list[int]] = defaultdict(list)
     for rank, choice in choices.items():
@@ -78,7 +83,7 @@ def stage_parts(spans: pl.DataFrame, options: PipelineOptions, groups: dict[int,
         else:
             together[choice].append(rank)
     for ranks in together.values():
-        out |= _labelled_ranks(spans, ranks, regex, groups)
+        out |= _labelled_ranks(spans, ranks, regex, groups, names)
     return out
 
 
@@ -97,13 +102,17 @@ def _unlabelled_rank(rank: int, kind: pl.DataType) -> StagePart:
     return StagePart(names, order, pl.DataFrame(schema=WORK_SCHEMA), _empty_host(kind), dict(_NO_EVIDENCE), pipeline)
 
 
-def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, groups: dict) -> dict[int, StagePart]:
+def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, groups: dict,
+                    labelled: pl.DataFrame) -> dict[int, StagePart]:
     """The stage parts of files whose labels follow one pattern: their work labelled at once, the rank as
-    each one's stage, then split by rank and numbered as each file alone numbers its one stage."""
+    each one's stage, then split by rank and numbered as each file alone numbers its one stage (``labelled``:
+    ``labels.label_names`` of ``spans`` by rank)."""
     own = {r: _own_stage(r, groups.get(r)) for r in ranks}
-    chosen = spans if len(ranks) == len(spans["rank"].unique()) else spans.filter(pl.col("rank").is_in(ranks))
-    staged = chosen.with_columns(stage=pl.col("rank").cast(pl.Int32))
-    work, pattern, gpu_stages = labelled_work(staged, regex, apart=True)
+    if len(ranks) != len(spans["rank"].unique()):
+        mine = pl.col("rank").is_in(ranks)
+        spans, labelled = spans.filter(mine), labelled.filter(mine)
+    staged = spans.with_columns(stage=pl.col("rank").cast(pl.Int32))
+    work, pattern, gpu_stages = labelled_work(staged, regex, apart=True, names=labelled)
     cpu = staged.filter(pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK))
     local = {r: own[r][2] for r in ranks}
     works = _by_rank(work, local)
@@ -189,8 +198,11 @@ def _distinct(spans: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """The distinct ranks, kinds and names of ``spans`` with the GPU (pid, device) of GPU spans: all that
     ``one_stage``, ``_one_stage_of_many`` and ``_ranks_sending`` read, so a spilled table is read once for
     the three (a row per distinct name and rank: each query after runs on those)."""
-    gpu_pid = pl.when(pl.col("device").is_not_null()).then(pl.col("pid")).alias("pid")
-    return spans.lazy().select("rank", "kind", "name", "device", gpu_pid).unique().collect(engine=engine_for(spans))
+    return spans.lazy().select(_DISTINCT).unique().collect(engine=engine_for(spans))
+
+
+#: What ``_distinct`` keeps of each span.
+_DISTINCT = ["rank", "kind", "name", "device", pl.when(pl.col("device").is_not_null()).then(pl.col("pid")).alias("pid")]
 
 
 def _explicit(options: PipelineOptions) -> bool:

@@ -30,14 +30,15 @@ def stage_work(spans: pl.DataFrame, microbatch_regex: str | None = None) -> tupl
 
 
 def labelled_work(
-    spans: pl.DataFrame, microbatch_regex: str | None = None, apart: bool = False
+    spans: pl.DataFrame, microbatch_regex: str | None = None, apart: bool = False, names: pl.DataFrame | None = None
 ) -> tuple[pl.DataFrame, str | None, set[int]]:
     """Work spans of every stage (``WORK_COLUMNS``), the label pattern found and the stages that are GPUs.
     ``apart``: each stage is a file of its own (several files' spans at once, one stage each), so whether a
     stage's steps come from its passes or its ProfilerSteps is decided stage by stage, as for each file
-    alone; otherwise once over all of them, as for one file of several stages."""
-    staged = spans.filter(pl.col("stage").is_not_null())
-    found, pattern = labels(staged, microbatch_regex)
+    alone; otherwise once over all of them, as for one file of several stages. ``names``: the
+    ``labels.label_names`` of the staged spans, where the caller has them."""
+    staged = spans.filter(pl.col("stage").is_not_null()) if spans["stage"].null_count() else spans
+    found, pattern = labels(staged, microbatch_regex, names)
     on_gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
     gpu_stages = set(staged.lazy().filter(on_gpu).select(pl.col("stage").unique()).collect(engine=ENGINE)["stage"])
     gpu = staged.lazy().filter(pl.col("stage").is_in(list(gpu_stages)) & on_gpu)
