@@ -27,7 +27,7 @@ import polars as pl
 
 from pipebubble.analysis.breakdown import part
 from pipebubble.analysis.breakdown import rows as by_lane
-from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.analysis.intervals import ENGINE, merge_each
 from pipebubble.report_strips import CLASSES, Strip, Strips, bin_edges
 
 BINS = 240
@@ -51,18 +51,22 @@ def strip_bins(spans: pl.DataFrame, step_regex: str | None = None, bins: int = B
     if gpu.is_empty():
         return empty_bins()
     cpu = spans.filter(pl.col("device").is_null())
-    windows = _windows(gpu, cpu, step_regex)
-    edges = _edges(windows, bins)
-    merged = merge(_tagged(gpu), ["lane", "union"])
-    pieces = pl.concat([merged.rename({"union": "cls"}), _caused_gaps(gpu, cpu, merged)])
+    owners = gpu.select("lane", "owner").unique()
+    edges = _edges(_windows(gpu, cpu, owners, step_regex), bins)
+    merged = merge_each(gpu.select("lane", "start", "end", union="cls"), ["lane"], "union", _OF_UNIONS)
+    work = merged.lazy().select("lane", cls=pl.col("union").cast(pl.String), start="start", end="end")
+    pieces = pl.concat([work, _caused_gaps(gpu, cpu, owners, merged)])
     return _table(edges, _binned(pieces, edges))
 
 
-def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, step_regex: str | None) -> pl.DataFrame:
-    """lane, rank, step, ws, we, median: each lane's steps (else its whole window) but those that start
-    inside an earlier one, at most MAX_STEPS, and which is its median-length one."""
+#: The classes (``part.gpu_ops``'s ``cls``) each of ``UNIONS`` holds.
+_OF_UNIONS = {"compute": ["compute"], "busy": ["compute", "comm"], "all": ["compute", "comm", "memcpy", "memset"]}
+
+
+def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, owners: pl.DataFrame, step_regex: str | None) -> pl.LazyFrame:
+    """lane, rank, step, ws, we, median, sorted by lane and ws: each lane's steps (else its whole window) but
+    those that start inside an earlier one, at most MAX_STEPS, and which is its median-length one."""
     steps = by_lane.steps_of(cpu.lazy(), step_regex)
-    owners = gpu.select("lane", "owner").unique()
     wins = by_lane.windows_of(gpu.lazy(), owners, steps).lazy().filter(pl.col("we") > pl.col("ws"))
     stepped = pl.col("step").is_not_null()
     wins = wins.filter(stepped | ~stepped.any().over("lane")).sort("lane", "ws", "we")
@@ -73,7 +77,7 @@ def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, step_regex: str | None) -> pl
     near = (pl.col("length") - middle).abs().rank("ordinal").over("lane") <= MAX_STEPS
     ranks = gpu.lazy().group_by("lane").agg(pl.col("rank").first())
     return wins.filter(near).join(ranks, on="lane").select("lane", "rank", "step", "ws", "we", "median").sort(
-        "lane", "ws").collect(engine=ENGINE)
+        "lane", "ws")
 
 
 def _middle() -> pl.Expr:
@@ -81,31 +85,22 @@ def _middle() -> pl.Expr:
     return pl.int_range(pl.len()).over("lane") == (pl.len().over("lane") - 1) // 2
 
 
-def _edges(windows: pl.DataFrame, bins: int) -> pl.DataFrame:
-    """Every bin of every window: lane, rank, step, ws, we, median, bin, bs, be and ``gid`` (the lane's bins
-    numbered in time order)."""
-    every = windows.lazy().with_columns(bin=pl.int_ranges(0, bins, dtype=pl.Int32)).explode("bin")
+def _edges(windows: pl.LazyFrame, bins: int) -> pl.DataFrame:
+    """Every bin of every window, in the windows' order (by lane and ws): lane, rank, step, ws, we, median,
+    bin, bs, be and ``gid`` (the bins numbered in that order: each lane's in time order, one after another)."""
+    every = windows.with_columns(bin=pl.int_ranges(0, bins, dtype=pl.Int32)).explode("bin")
     ws, we, i = pl.col("ws"), pl.col("we"), pl.col("bin").cast(pl.Int64)
     every = every.with_columns(bs=bin_edges(ws, we, i, bins), be=bin_edges(ws, we, i + 1, bins))
-    return every.sort("lane", "bs").with_columns(gid=pl.int_range(pl.len()).over("lane")).collect(engine=ENGINE)
+    return every.with_columns(gid=pl.int_range(pl.len())).collect(engine=ENGINE)
 
 
-def _tagged(gpu: pl.DataFrame) -> pl.DataFrame:
-    """The GPU ops once per union they belong to (``UNIONS``): lane, union, start, end."""
-    ops = gpu.lazy().select("lane", "start", "end", "cls")
-    compute = ops.filter(pl.col("cls") == "compute").with_columns(union=pl.lit("compute"))
-    busy = ops.filter(pl.col("cls").is_in(["compute", "comm"])).with_columns(union=pl.lit("busy"))
-    every = ops.with_columns(union=pl.lit("all"))
-    return pl.concat([compute, busy, every]).select("lane", "union", "start", "end").collect(engine=ENGINE)
-
-
-def _caused_gaps(gpu: pl.DataFrame, cpu: pl.DataFrame, merged: pl.DataFrame) -> pl.DataFrame:
-    """lane, cls, start, end: the gaps between each GPU's work, ``cls`` the cause ``breakdown.rows`` gives each
-    (the launch of the op that ended it, what the launching thread was doing)."""
-    owners = gpu.select("lane", "owner").unique()
-    work = merged.filter(pl.col("union") == "all").drop("union").join(owners, on="lane")
-    gaps = by_lane.gaps_of(work.sort("lane", "start"))
-    ops = gpu.select("lane", "row", "correlation", op_start="start")
+def _caused_gaps(gpu: pl.DataFrame, cpu: pl.DataFrame, owners: pl.DataFrame, merged: pl.DataFrame) -> pl.LazyFrame:
+    """lane, cls, start, end: the gaps between each GPU's work, ``cls`` the cause ``breakdown.rows`` gives
+    each (the launch of the op that ended it, what the launching thread was doing)."""
+    work = merged.lazy().filter(pl.col("union") == "all").select("lane", "start", "end").join(
+        owners.lazy(), on="lane", maintain_order="left")
+    gaps = by_lane.gaps_of(work.collect(engine=ENGINE))
+    ops = gpu.lazy().select("lane", "row", "correlation", op_start="start")
     ended = by_lane.ending_ops(gaps, ops, part._launched(gpu, cpu)).with_row_index("gap")
     # idle_causes sums its gaps' idle per lane (and step): with each gap a lane of its own (and no steps), the
     # sums are each gap's, under the one cause the breakdown gives it.
@@ -113,19 +108,19 @@ def _caused_gaps(gpu: pl.DataFrame, cpu: pl.DataFrame, merged: pl.DataFrame) -> 
     no_steps = pl.DataFrame(schema={"owner": pl.Int64, "step": pl.Int64, "ws": pl.Int64, "we": pl.Int64})
     summed = by_lane.idle_causes(alone, by_lane.blocked_of(cpu.lazy()), no_steps)
     cause = pl.coalesce(pl.when(pl.col(c) > 0).then(pl.lit(c)) for c in by_lane.CAUSES)
-    caused = summed.select(gap=pl.col("lane").cast(pl.UInt32), cls=cause)
-    return ended.join(caused, on="gap").select("lane", "cls", "start", "end")
+    caused = summed.lazy().select(gap=pl.col("lane").cast(pl.UInt32), cls=cause)
+    return ended.lazy().join(caused, on="gap").select("lane", "cls", "start", "end")
 
 
-def _binned(pieces: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+def _binned(pieces: pl.LazyFrame, edges: pl.DataFrame) -> pl.LazyFrame:
     """lane, gid and the ns of each kind of piece (lane, cls, start, end) in each bin. Each piece joins the
     first bin that ends after its start; most end in it, the rest join the last bin that begins before their
     end and are spread over the bins between. The pieces of one kind are disjoint, so the rows spread stay
     under pieces + bins per kind."""
     bins = edges.lazy().select("lane", "gid", "bs", "be")
     first = bins.with_columns(key=pl.col("be") - 1).sort("key")
-    found = pieces.lazy().sort("start").join_asof(first, left_on="start", right_on="key", by="lane",
-                                                  strategy="forward", check_sortedness=False)
+    found = pieces.sort("start").join_asof(first, left_on="start", right_on="key", by="lane", strategy="forward",
+                                           check_sortedness=False)
     inside = found.filter(pl.col("end") <= pl.col("be"))
     last = bins.select("lane", last="gid", last_bs="bs").sort("last_bs")
     crossing = found.filter(pl.col("end") > pl.col("be")).with_columns(stop=pl.col("end") - 1).sort("stop").join_asof(
@@ -135,20 +130,20 @@ def _binned(pieces: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
     cut = pl.concat([inside.select(spread.collect_schema().names()), spread])
     ns = (pl.min_horizontal("end", "be") - pl.max_horizontal("start", "bs")).clip(lower_bound=0)
     kinds = (*UNIONS, *by_lane.CAUSES)
-    return cut.group_by("lane", "gid").agg(ns.filter(pl.col("cls") == k).sum().alias(k) for k in kinds).collect(
-        engine=ENGINE)
+    each = {k: pl.when(pl.col("cls") == k).then(ns).otherwise(0) for k in kinds}
+    return cut.select("lane", "gid", **each).group_by("lane", "gid").sum()
 
 
-def _table(edges: pl.DataFrame, ns: pl.DataFrame) -> pl.DataFrame:
-    """The part: each bin with its ns per class; the idle outside every gap goes to ``other``."""
-    table = edges.lazy().join(ns.lazy(), on=["lane", "gid"], how="left").with_columns(
+def _table(edges: pl.DataFrame, ns: pl.LazyFrame) -> pl.DataFrame:
+    """The part: each bin (``edges``, sorted by lane, ws and bin) with its ns per class (``ns``); the idle
+    outside every gap goes to ``other``."""
+    table = edges.lazy().join(ns, on=["lane", "gid"], how="left", maintain_order="left").with_columns(
         pl.col(*UNIONS, *by_lane.CAUSES).fill_null(0))
     c = pl.col
     outside = c("be") - c("bs") - c("all") - pl.sum_horizontal(by_lane.CAUSES)
     table = table.with_columns(comm=c("busy") - c("compute"), memory=c("all") - c("busy"), other=c("other") + outside)
     table = table.rename({"ws": "step_start", "we": "step_end"})
-    return table.select(pl.col(k).cast(t) for k, t in SCHEMA.items()).sort("lane", "step_start", "bin").collect(
-        engine=ENGINE)
+    return table.select(pl.col(k).cast(t) for k, t in SCHEMA.items()).collect(engine=ENGINE)
 
 
 def job_strips(bins: pl.DataFrame) -> Strips:
