@@ -37,12 +37,12 @@ def merged_lengths(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 @given(rows, st.sampled_from([["g"], ["g", "k"], ["k", "g"]]), st.booleans())
 def test_unions_of_small_and_big_frames_are_the_merges(items, by, big):
     spans = frame(items)
-    keyed_at = intervals._FLAT_ROWS
-    intervals._FLAT_ROWS = 0 if big else keyed_at
+    keyed_at = intervals._KEYED_ROWS
+    intervals._KEYED_ROWS = 0 if big else keyed_at
     try:
         got = unions(spans, by)
     finally:
-        intervals._FLAT_ROWS = keyed_at
+        intervals._KEYED_ROWS = keyed_at
     assert got.equals(merged_lengths(spans, by))  # the groups in their sort order, nulls first
 
 

@@ -48,8 +48,13 @@ def engine_for(frame: pl.DataFrame | pl.LazyFrame) -> str:
     return "streaming" if isinstance(frame, pl.LazyFrame) else ENGINE
 
 
-#: Above this many rows, a frame is merged in one cumulative pass (``_flat``).
-_FLAT_ROWS = 10_000
+#: From this many rows, ``merge`` and ``merge_each`` number a frame's groups and sweep it in one cumulative
+#: pass (``_flat``, ``_moved``): a window per group costs per group, and passes of a few spans come by the
+#: thousand (2.5× faster at 8,192 rows in 2,048 groups, even at about 1,500).
+_FLAT_ROWS = 1_500
+#: From this many rows, ``unions`` numbers the groups before its sort (sorting by keys, with no window, is
+#: the faster below).
+_KEYED_ROWS = 10_000
 #: Moved times stay below this (int64 holds 2**63).
 _FLAT_LIMIT = 2**62
 _GROUP = "_group"
@@ -74,11 +79,10 @@ def _moved(frame: pl.DataFrame, by: list[str], start: str, end: str, keep: list[
     """The groups (``_numbered``), ``frame``'s rows sorted by their moved start (``_GROUP``, ``keep``, moved
     ``start`` and end as ``reach``) and the offset that moved them; None where the moved times could
     overflow, or a time is missing."""
-    lo, hi, missing = frame.select(
-        lo=pl.col(start).min(), hi=pl.col(end).max(), missing=pl.col(start).null_count() + pl.col(end).null_count()
-    ).row(0)
-    if missing:
+    starts, ends = frame.get_column(start), frame.get_column(end)
+    if starts.null_count() or ends.null_count():
         return None
+    lo, hi = starts.min(), ends.max()
     groups, numbered = _numbered(frame, by, start, end, keep)
     if (groups.height + 1) * (hi - lo + 1) >= _FLAT_LIMIT:
         return None
@@ -173,7 +177,7 @@ def unions(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         return merge(frame, by).group_by(by).agg(
             ns=(pl.col("end") - pl.col("start")).sum(), start=pl.col("start").min(), end=pl.col("end").max()
         )
-    if frame.height < _FLAT_ROWS or not by:
+    if frame.height < _KEYED_ROWS or not by:
         ordered = frame.lazy().select(*by, "start", "end").sort(*by, "start")
         first = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in by) if by else pl.lit(False)
         group = first.cum_sum().cast(pl.Int64)
