@@ -71,8 +71,8 @@ def _operations(p2p: pl.DataFrame) -> pl.LazyFrame:
     p2p = p2p.lazy().with_columns(key=pl.format("{}|{}", "lane", "kind"))
     sync = p2p.filter(~pl.col("name").str.contains(_ASYNC))
     anchors = top_level(sync, "key").with_row_index("op").collect(engine=ENGINE)
-    marks = anchors.lazy().select("key", at="start", op="op", op_end="end").sort("key", "at")
-    probe = p2p.with_columns(at=pl.col("start")).sort("key", "at")
+    marks = anchors.lazy().select("key", at="start", op="op", op_end="end")  # each key's in order of start
+    probe = p2p.with_columns(at=pl.col("start")).sort("at")
     hit = probe.join_asof(marks, on="at", by="key", strategy="backward", check_sortedness=False)
     inside = hit.filter(pl.col("op").is_not_null() & (pl.col("at") < pl.col("op_end")))
     loose = hit.filter(pl.col("op").is_null() | (pl.col("at") >= pl.col("op_end"))).drop("op", "op_end")
@@ -120,8 +120,8 @@ def _with_pass(ops: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     found, _ = labels(spans)
     if found["device"].is_null().any():
         notes = found.lazy().filter(pl.col("device").is_null()).select(
-            "lane", at="start", l_end="end", l_phase="phase", l_mb="microbatch").sort("lane", "at")
-        look = ops.select("op", "lane", at="start").sort("lane", "at").join_asof(
+            "lane", at="start", l_end="end", l_phase="phase", l_mb="microbatch").sort("at")
+        look = ops.select("op", "lane", at="start").sort("at").join_asof(
             notes, on="at", by="lane", strategy="backward", check_sortedness=False
         ).filter(pl.col("at") < pl.col("l_end"))
         ops = ops.join(look.select("op", "l_phase", "l_mb"), on="op", how="left").with_columns(

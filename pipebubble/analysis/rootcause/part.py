@@ -50,9 +50,10 @@ def windows(spans: pl.DataFrame, calls: pl.DataFrame, p2p: pl.DataFrame | None =
     events = arrivals(calls, p2p)
     if events.is_empty() or spans.is_empty():
         return empty()
-    first = calls.filter(pl.col("kind").is_null()).select("who", first=pl.col("start"))
+    first = calls.lazy().filter(pl.col("kind").is_null()).select("who", first=pl.col("start"))
     framed = _framed(events, _steps(spans, step_regex), first)
-    return _classified(framed, _unions(spans)).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+    out = _classified(framed, _unions(spans)).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+    return out.collect(engine=ENGINE)
 
 
 def arrivals(calls: pl.DataFrame, p2p: pl.DataFrame | None) -> pl.DataFrame:
@@ -73,16 +74,16 @@ def _steps(spans: pl.DataFrame, step_regex: str | None) -> pl.DataFrame:
     return steps_of(marked, step_regex).rename({"owner": "who"}).with_columns(pl.col("who").cast(pl.Int64))
 
 
-def _framed(events: pl.DataFrame, steps: pl.DataFrame, first: pl.DataFrame) -> pl.DataFrame:
+def _framed(events: pl.DataFrame, steps: pl.DataFrame, first: pl.LazyFrame) -> pl.DataFrame:
     """The arrivals with their step (the last step of the participant started before the arrival, if the
     arrival is before its end) and ``origin`` (the step's start, else the participant's first instant)."""
-    probe = events.sort("arrival").join_asof(
-        steps.sort("ws").cast({"ws": pl.Int64}), left_on="arrival", right_on="ws", by="who", strategy="backward",
-        check_sortedness=False)
+    probe = events.lazy().sort("who", "arrival", "end").join_asof(  # each participant's in order of arrival
+        steps.lazy().sort("ws").cast({"ws": pl.Int64}), left_on="arrival", right_on="ws", by="who",
+        strategy="backward", check_sortedness=False)
     inside = pl.col("ws").is_not_null() & (pl.col("arrival") < pl.col("we"))
-    probe = probe.join(first, on="who", how="left").with_columns(
+    probe = probe.join(first, on="who", how="left", maintain_order="left").with_columns(
         step=pl.when(inside).then("step"), origin=pl.when(inside).then("ws").otherwise(pl.col("first")))
-    return probe.drop("ws", "we", "first").sort("who", "arrival", "end")
+    return probe.drop("ws", "we", "first").collect(engine=ENGINE)
 
 
 def _unions(spans: pl.DataFrame) -> pl.DataFrame:
@@ -120,15 +121,16 @@ def _holding(names: list[str]) -> dict[str, list[int]]:
 
 def _covered(points: pl.DataFrame, unions: pl.DataFrame, ats: tuple[str, ...]) -> pl.DataFrame:
     """``points`` (row, who and the times ``ats``) with each union's length before each time (a column
-    ``{at}_{union}`` each): the intervals before it in full, the one holding it up to it. Each (participant,
-    union) is a stretch of one sorted int64 key, so every time of every union is found by one binary search
-    (``_searched``); where those keys would not fit in int64, by one as-of query (``_joined``)."""
+    ``{at}_{union}`` each), a row per point in their order: the intervals before it in full, the one holding
+    it up to it. Each (participant, union) is a stretch of one sorted int64 key, so every time of every union
+    is found by one binary search (``_searched``); where those keys would not fit in int64, by one as-of
+    query (``_joined``)."""
     names = sorted(unions["cls"].unique().to_list())
     whos = pl.concat([unions["who"], points["who"]]).unique().sort()
     every = pl.concat([unions["start"], unions["end"], *(points[at] for at in ats)])
     lo, hi = every.min(), every.max()
     if lo is None or whos.null_count() or (hi - lo + 1) * whos.len() * len(names) >= 2**62:  # type: ignore[operator]
-        return _joined(points, unions, ats)
+        return _joined(points, unions, ats).sort("row")
     return _searched(points, unions, ats, names, whos, (lo, hi - lo + 1))  # type: ignore[operator]
 
 
@@ -166,17 +168,18 @@ def _joined(points: pl.DataFrame, unions: pl.DataFrame, ats: tuple[str, ...]) ->
     return named.collect(engine=ENGINE).pivot("name", index="row", values="ns")
 
 
-def _classified(framed: pl.DataFrame, unions: pl.DataFrame) -> pl.DataFrame:
+def _classified(framed: pl.DataFrame, unions: pl.DataFrame) -> pl.LazyFrame:
     """The arrivals with the ns of each class (``CLASSES``) from their origin to their arrival (``a_``) and
-    to their end (``e_``)."""
+    to their end (``e_``), as a query."""
     rows = framed.with_row_index("row")
     gpus = unions.filter(pl.col("cls") == "busy")["who"].unique() if unions.height else pl.Series([], dtype=pl.Int64)
-    rows = rows.with_columns(gpu=pl.col("who").is_in(gpus.implode()))
+    gpu = pl.col("who").is_in(gpus.implode())
+    out = rows.lazy().with_columns(gpu=gpu)
+    columns = rows.columns
     if unions.height:
-        rows = rows.join(_covered(rows, unions, ("origin", "arrival", "end")), on="row", how="left")
-    for at, to in (("a", "arrival"), ("e", "end")):
-        rows = rows.with_columns(**_classes(rows.columns, to, at))
-    return rows
+        covered = _covered(rows, unions, ("origin", "arrival", "end")).drop("row")
+        out, columns = pl.concat([out, covered.lazy()], how="horizontal"), [*columns, *covered.columns]
+    return out.with_columns(**_classes(columns, "arrival", "a")).with_columns(**_classes(columns, "end", "e"))
 
 
 def _classes(columns: list[str], to: str, prefix: str) -> dict[str, pl.Expr]:
