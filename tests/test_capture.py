@@ -144,7 +144,7 @@ def test_serve_workload_labels_steps_like_vllm(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_torchrun_gives_one_trace_per_rank(tmp_path):
-    command = ["torchrun", "--nproc-per-node", "2", script(tmp_path, DDP)]
+    command = ["torchrun", "--standalone", "--nproc-per-node", "2", script(tmp_path, DDP)]  # a free port
     result = capture(command, CaptureOptions(out=tmp_path / "out"))
     assert result.exit_code == 0 and not result.warnings
     ranks = [events(t)["distributedInfo"]["rank"] for t in result.traces]

@@ -301,7 +301,7 @@ def test_sigkilled_capture_takes_torchrun_workers_along(tmp_path, reap):
         f"import os, time\nopen(os.path.join({str(tmp_path)!r}, os.environ['RANK'] + '.pid'), 'w')"
         ".write(str(os.getpid()))\ntime.sleep(60)\n"
     )
-    command = ["torchrun", "--nproc-per-node", "2", str(worker)]
+    command = ["torchrun", "--standalone", "--nproc-per-node", "2", str(worker)]  # a free port
     proc = subprocess.Popen(cli("capture", "-o", str(tmp_path / "out"), "--", *command), stderr=subprocess.DEVNULL)
     reap(proc.pid)
     workers = [pid_in(tmp_path / f"{rank}.pid", proc) for rank in range(2)]

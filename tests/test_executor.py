@@ -167,3 +167,25 @@ def test_only_paths_that_look_like_work_for_a_pool_warm_one(tmp_path, monkeypatc
              for name in ("one", "two", "small.json", "big.json", "missing")}
     assert asked == {"one": False, "two": True, "small.json": False, "big.json": True, "missing": False}
     assert not ingest.may_need_a_pool("--format")
+
+
+def test_a_line_that_asks_for_one_process_or_another_executor_warms_no_server(tmp_path, monkeypatch):
+    """``--workers 1`` (or ``=1``) maps in this process and ``--executor ray`` elsewhere: neither starts the
+    local pool's fork server ahead; the same line with more workers or the local executor does."""
+    from pipebubble import cli
+
+    (tmp_path / "two").mkdir()
+    for i in range(2):
+        (tmp_path / "two" / f"rank{i}.json").write_text("{}")
+    started = []
+    monkeypatch.setattr(executor, "warm", lambda: started.append(True))
+    folder = str(tmp_path / "two")
+    lines = {"plain": [], "one": ["--workers", "1"], "one=": ["--workers=1"], "ray": ["--executor", "ray"],
+             "two": ["--workers", "2"], "local": ["--executor=local"], "last wins": ["--workers", "1", "--workers=3"]}
+    warmed = {}
+    for name, flags in lines.items():
+        started.clear()
+        cli._warm(["analyze", folder, *flags])
+        warmed[name] = bool(started)
+    assert warmed == {"plain": True, "one": False, "one=": False, "ray": False, "two": True, "local": True,
+                      "last wins": True}

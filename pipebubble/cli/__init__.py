@@ -78,14 +78,26 @@ def _named(argv: list[str] | None) -> str | None:
 def _warm(argv: list[str]) -> None:
     """A command that reads traces named on its line gets its workers' fork server started now, while this
     process loads the rest (``executor.warm``), where they look like work for a pool
-    (``ingest.may_need_a_pool``)."""
+    (``ingest.may_need_a_pool``) and the line leaves them to the local pool (no ``--workers 1``, no other
+    ``--executor``)."""
     named = _named(argv)
-    if named in READS_TRACES:
+    if named in READS_TRACES and _option(argv, "--workers") != "1" and _option(argv, "--executor") in (None, "local"):
         from pipebubble import executor, ingest
 
         paths = [a for a in argv if not a.startswith("-") and a != named]
         if any(map(ingest.may_need_a_pool, paths)):
             executor.warm()
+
+
+def _option(argv: list[str], flag: str) -> str | None:
+    """The value given to ``flag`` on the line (``--flag V`` or ``--flag=V``, the last one given), else None."""
+    value = None
+    for k, arg in enumerate(argv):
+        if arg == flag and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith(f"{flag}="):
+            value = arg.partition("=")[2]
+    return value
 
 
 def _as_module() -> None:
