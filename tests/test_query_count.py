@@ -24,12 +24,12 @@ from pipebubble.ingest import find_traces, read_file
 from pipebubble.options import Options
 
 #: A 64-stage job's analysis (map in a one-worker run's two batches, then the reduce) issues fewer queries
-#: than this: about 700, some 185 each batch whatever its files (each map analysis a few lazy plans, its
+#: than this: 678, some 170 each batch whatever its files (each map analysis a few lazy plans, its
 #: unions merged once per level; the arrivals' windows of rootcause, the GPU timeline's bins and the
 #: critical path's runs) and the reduce's 335. It was 1,090 with four batches of 16 files and a reduce of
 #: 400, 1,500 when each map step ran eagerly, and 11,700 (some 180 a rank file) before the stage part and
 #: the reduce were vectorised.
-LIMIT = 800
+LIMIT = 750
 
 
 @contextmanager
