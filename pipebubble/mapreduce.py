@@ -22,6 +22,7 @@ import polars as pl
 
 from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import GpuPart
+from pipebubble.analysis.breakdown.part import inputs as gpu_inputs
 from pipebubble.analysis.breakdown.strips import empty_bins, job_strips, strip_bins
 from pipebubble.analysis.critical import CriticalPart, critical_part, median_path
 from pipebubble.analysis.intervals import ENGINE
@@ -29,7 +30,7 @@ from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
 from pipebubble.analysis.memory import MemoryPart, memory_part, memory_report
 from pipebubble.analysis.registry import (
-    breakdown_part,
+    breakdown_with,
     comm_part,
     lanes_part,
     serving_part,
@@ -76,7 +77,10 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     if result.meta.get("spill"):
         return _map_spilled(result, options)
     spans = result.spans
-    return _part(result, options, lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options))
+    given = gpu_inputs(spans)  # read by the breakdown and the strips both
+    return _part(result, options, lanes_part(spans, options), comm_part(spans, options),
+                 breakdown_with(spans, options, given),
+                 strips=strip_bins(spans, options.serving.step_regex, given=given))
 
 
 #: Not computed yet: ``_part`` computes it from the file's spans.
@@ -135,12 +139,14 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
             together = [k for k in together if ranks[k] not in shared]
             spans = spans.filter(~pl.col("rank").is_in(list(shared)))
     if len(together) > 1:
-        lanes, comm, gpu = lanes_part(spans, options), comm_part(spans, options), breakdown_part(spans, options)
+        given = gpu_inputs(spans)  # read by the breakdown and the strips both
+        lanes, comm = lanes_part(spans, options), comm_part(spans, options)
+        gpu = breakdown_with(spans, options, given)
         stages = stages_parts(spans, options, {ranks[k]: results[k].meta for k in together})
         engines = serving_ranks(spans, options)
         lane_rows, calls, p2p = _by(lanes, "rank"), _by(comm.calls, "who"), _by(comm.p2p, "who")
         windows = _by(comm.windows, "who")
-        strips, critical = _by(strip_bins(spans, options.serving.step_regex), "rank"), critical_part(
+        strips, critical = _by(strip_bins(spans, options.serving.step_regex, given=given), "rank"), critical_part(
             spans, options.serving.step_regex)
         nodes, blocks, steps = (_by(critical.nodes, "who"), _by(critical.blocks, "who"), _by(critical.steps, "who"))
         served = has_request_events(spans)  # looked for once over the batch, not once a file

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart, gpu_part
+from pipebubble.analysis.breakdown.part import GpuInputs
 from pipebubble.analysis.collectives import NCCL_NVTX, collective_part, comm_ranges
 from pipebubble.analysis.interference import interference
 from pipebubble.analysis.intervals import engine_for
@@ -142,7 +143,12 @@ def comm_rows(spans: pl.LazyFrame) -> pl.DataFrame:
 def breakdown_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> GpuPart:
     """Every GPU's time breakdown (whole window and per step) and the kernel and host summaries' partial
     sums (``breakdown``); no rows without GPU work."""
-    return gpu_part(spans, options.serving.step_regex, alone=options.files == 1)
+    return breakdown_with(spans, options, None)
+
+
+def breakdown_with(spans: pl.DataFrame, options: Options, given: GpuInputs | None) -> GpuPart:
+    """``breakdown_part``, given the table's ``breakdown.part.inputs`` (which the timeline strips read too)."""
+    return gpu_part(spans, options.serving.step_regex, alone=options.files == 1, given=given)
 
 
 #: name -> analysis, in the order ``mapreduce.map_spans`` runs them.

@@ -32,13 +32,32 @@ class GpuPart:
     FRAMES = ("stats", "api", "ranges", "ops", "delays")
 
 
-def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False) -> GpuPart:
-    """Map: the breakdown of every GPU lane of ``spans`` (whole window, then each step) and the summaries'
-    parts: exact per-name statistics, and (unless the file is ``alone``, the whole job) the duration value
-    counts that keep medians exact when files are combined."""
+@dataclass(frozen=True)
+class GpuInputs:
+    """What the breakdown and the timeline strips (``strips.strip_bins``) both read of a span table, taken
+    once: its GPU operations numbered by ``row`` (``gpu_ops``), its host spans, and the runtime call that
+    launched each operation (``_launched``)."""
+
+    gpu: pl.DataFrame
+    cpu: pl.DataFrame
+    launch: pl.DataFrame
+
+
+def inputs(spans: pl.DataFrame) -> GpuInputs:
+    """The ``GpuInputs`` of ``spans``."""
     gpu = gpu_ops(spans).with_row_index("row")
     cpu = spans.filter(pl.col("device").is_null())
-    launch = _launched(gpu, cpu)
+    return GpuInputs(gpu, cpu, _launched(gpu, cpu))
+
+
+def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False,
+             given: GpuInputs | None = None) -> GpuPart:
+    """Map: the breakdown of every GPU lane of ``spans`` (whole window, then each step) and the summaries'
+    parts: exact per-name statistics, and (unless the file is ``alone``, the whole job) the duration value
+    counts that keep medians exact when files are combined. ``given``: the table's ``inputs``, where the
+    caller has them."""
+    given = given or inputs(spans)
+    gpu, cpu, launch = given.gpu, given.cpu, given.launch
     rows = rows_in_memory(gpu, cpu, launch, step_regex) if gpu.height else []
     delays = launch.select(d=(pl.col("start") - pl.col("at")).clip(lower_bound=0))["d"]
     return summarised(rows, gpu.lazy(), cpu.lazy(), delays, alone)

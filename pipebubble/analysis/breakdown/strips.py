@@ -44,18 +44,20 @@ def empty_bins() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def strip_bins(spans: pl.DataFrame, step_regex: str | None = None, bins: int = BINS) -> pl.DataFrame:
+def strip_bins(spans: pl.DataFrame, step_regex: str | None = None, bins: int = BINS,
+               given: part.GpuInputs | None = None) -> pl.DataFrame:
     """Map: ``bins`` bins per GPU lane and step of ``spans`` (one file's, or a batch's: rows by GPU lane),
-    each bin's ns per class (``SCHEMA``)."""
-    gpu = part.gpu_ops(spans).with_row_index("row")
+    each bin's ns per class (``SCHEMA``). ``given``: the table's ``part.inputs``, which the breakdown reads
+    too, where the caller has them."""
+    given = given or part.inputs(spans)
+    gpu, cpu = given.gpu, given.cpu
     if gpu.is_empty():
         return empty_bins()
-    cpu = spans.filter(pl.col("device").is_null())
     owners = gpu.select("lane", "owner").unique()
     edges = _edges(_windows(gpu, cpu, owners, step_regex), bins)
     merged = merge_each(gpu.select("lane", "start", "end", union="cls"), ["lane"], "union", _OF_UNIONS)
     work = merged.lazy().select("lane", cls=pl.col("union").cast(pl.String), start="start", end="end")
-    pieces = pl.concat([work, _caused_gaps(gpu, cpu, owners, merged)])
+    pieces = pl.concat([work, _caused_gaps(gpu, cpu, given.launch, owners, merged)])
     return _table(edges, _binned(pieces, edges))
 
 
@@ -94,14 +96,15 @@ def _edges(windows: pl.LazyFrame, bins: int) -> pl.DataFrame:
     return every.with_columns(gid=pl.int_range(pl.len())).collect(engine=ENGINE)
 
 
-def _caused_gaps(gpu: pl.DataFrame, cpu: pl.DataFrame, owners: pl.DataFrame, merged: pl.DataFrame) -> pl.LazyFrame:
+def _caused_gaps(gpu: pl.DataFrame, cpu: pl.DataFrame, launch: pl.DataFrame, owners: pl.DataFrame,
+                 merged: pl.DataFrame) -> pl.LazyFrame:
     """lane, cls, start, end: the gaps between each GPU's work, ``cls`` the cause ``breakdown.rows`` gives
-    each (the launch of the op that ended it, what the launching thread was doing)."""
+    each (the launch of the op that ended it, ``launch``, and what the launching thread was doing)."""
     work = merged.lazy().filter(pl.col("union") == "all").select("lane", "start", "end").join(
         owners.lazy(), on="lane", maintain_order="left")
     gaps = by_lane.gaps_of(work.collect(engine=ENGINE))
     ops = gpu.lazy().select("lane", "row", "correlation", op_start="start")
-    ended = by_lane.ending_ops(gaps, ops, part._launched(gpu, cpu)).with_row_index("gap")
+    ended = by_lane.ending_ops(gaps, ops, launch).with_row_index("gap")
     # idle_causes sums its gaps' idle per lane (and step): with each gap a lane of its own (and no steps), the
     # sums are each gap's, under the one cause the breakdown gives it.
     alone = ended.with_columns(lane=pl.col("gap").cast(pl.String))
