@@ -37,7 +37,8 @@ HERE = Path(__file__).resolve().parent
 
 def blocks(trace: Path, count: int) -> list[bytes]:
     """``count`` blocks from the middle of the trace's events array, each a JSON array."""
-    from pipebubble.ingest import jsonblocks, jsontrace
+    from pipebubble.ingest.json import blocks as jsonblocks
+    from pipebubble.ingest.json import trace as jsontrace
 
     data = trace.read_bytes()
     start = data.index(b"[", data.index(b'"traceEvents"')) + 1
@@ -69,7 +70,8 @@ def main() -> None:
 
     import polars as pl
 
-    from pipebubble.ingest import chrome, jsonevents
+    from pipebubble.ingest.json import chrome
+    from pipebubble.ingest.json import events as jsonevents
 
     schema = {
         "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,

@@ -15,7 +15,7 @@ _worker.keep_freed_memory()
 atexit.register(os._exit, 0)  # run first, at the server's exit (its workers leave by os._exit already)
 
 import pipebubble.executor  # noqa: E402, F401 - the call that runs its units (and the pool worker's loop)
-import pipebubble.ingest.chrome  # noqa: E402, F401 - the reader of Kineto (Chrome JSON) traces
-import pipebubble.ingest.jsontrace  # noqa: E402, F401 - a big file's blocks
+import pipebubble.ingest.json.chrome  # noqa: E402, F401 - the reader of Kineto (Chrome JSON) traces
+import pipebubble.ingest.json.trace  # noqa: E402, F401 - a big file's blocks
 import pipebubble.mapreduce  # noqa: E402, F401 - the map of rank files
 import pipebubble.wire  # noqa: E402, F401 - their parts' way back

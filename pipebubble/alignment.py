@@ -26,7 +26,7 @@ def aligned(parts: list[FilePart], options: Options) -> tuple[list[FilePart], li
     the recorded clocks."""
     if len(parts) < 2:
         return parts, [], []
-    from pipebubble.analysis import clock
+    from pipebubble.analysis.comm import clock
 
     names = [_who(p) for p in parts]
     gpus = [lane for p in parts for lane, kind in zip(p.lanes["lane"], p.lanes["kind"], strict=True) if kind == "gpu"]
@@ -46,7 +46,7 @@ def clock_notes(offsets: list[ClockOffset], names: list[str], problems: list[str
                 ) -> list[str]:
     """One line when a file's clock was moved by more than ``clock.NOTE_NS`` (or would have been, under
     ``--no-align``), one for what could not be explained."""
-    from pipebubble.analysis.clock import NOTE_NS
+    from pipebubble.analysis.comm.clock import NOTE_NS
 
     notes = []
     big = [(abs(o.offset_ns), k) for k, o in enumerate(offsets) if abs(o.offset_ns) > NOTE_NS]

@@ -29,6 +29,7 @@ from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart, reduce_job
 from pipebubble.analysis.lanes import sort_lanes
 from pipebubble.analysis.memory import MemoryPart, memory_part, memory_report
+from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.registry import (
     breakdown_with,
     comm_part,
@@ -40,7 +41,6 @@ from pipebubble.analysis.registry import (
 )
 from pipebubble.analysis.requests import summarize as summarize_requests
 from pipebubble.analysis.requests.part import RequestsPart, has_request_events, requests_part
-from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options, Scale
 from pipebubble.report import (
@@ -203,19 +203,19 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     time windows of the memory budget's size (``budget.rows_per_window``, shared by the two, which run side by
     side). Then what its stage, collective and serving parts need:
 
-    - nothing more, for a file that is the whole job and can hold no stage (``stage_part.holds_stages``) nor
+    - nothing more, for a file that is the whole job and can hold no stage (``pipeline.part.holds_stages``) nor
       engine steps;
     - its communication rows only (``registry.comm_rows``), for a rank of a job that holds no pipeline
-      evidence (``stage_part.no_evidence``) nor sign of engine steps (``registry.serving_ranks``): a data-,
+      evidence (``pipeline.part.no_evidence``) nor sign of engine steps (``registry.serving_ranks``): a data-,
       fully sharded or expert-parallel rank;
     - the table whole, otherwise (a pipeline stage, an engine's trace)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipebubble import budget
-    from pipebubble.analysis.collectives import participant_windows
+    from pipebubble.analysis.comm.collectives import participant_windows
     from pipebubble.analysis.lanes import lane_table_windowed
+    from pipebubble.analysis.pipeline.part import holds_stages, no_evidence
     from pipebubble.analysis.registry import comm_of, comm_rows, may_hold_steps, serving_ranks
-    from pipebubble.analysis.stage_part import holds_stages, no_evidence
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     alone = options.files == 1

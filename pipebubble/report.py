@@ -102,7 +102,7 @@ class Stage:
     weight_ns: int = 0
     microbatches: int = 0
     microbatch_cv: float | None = None
-    p2p_wait_ns: int = 0  # its receives' spin before the peer's send began (``analysis/p2p.py``), inside W
+    p2p_wait_ns: int = 0  # its receives' spin before the peer's send began (``analysis/comm/p2p.py``), inside W
     p2p_transfer_ns: int = 0  # the rest of its receives, inside W
 
 
@@ -151,7 +151,7 @@ class StepResult:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """A predicted step under one change (``analysis/whatif.py`` replays it); ``speedup`` = current step time
+    """A predicted step under one change (``analysis/schedule/whatif.py`` replays it); ``speedup`` = current step time
     / predicted step time. Defined here, not in the analysis, because the report holds it: the report is the
     lower layer, and the analysis builds it."""
 

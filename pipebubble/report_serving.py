@@ -72,7 +72,7 @@ class Episode:
 
 @dataclass(frozen=True)
 class Interference:
-    """Prefill/decode interference in LLM serving (definitions: ``analysis/interference.py``)."""
+    """Prefill/decode interference in LLM serving (definitions: ``analysis/serving/interference.py``)."""
 
     steps: int | None = None
     classes: list[StepClass] = field(default_factory=list)

@@ -21,8 +21,8 @@ from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.critical import CriticalPart
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.memory import MemoryPart
+from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.requests.part import RequestsPart
-from pipebubble.analysis.stage_part import StagePart
 from pipebubble.ingest.base import FileResult
 from pipebubble.mapreduce import FilePart
 from pipebubble.report import Breakdown, Interference, Segment

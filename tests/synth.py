@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipebubble.analysis import schedules, whatif
+from pipebubble.analysis.schedule import schedules, whatif
 
 LAUNCH_NS = 1_000  # the launch call starts this long before its kernel
 

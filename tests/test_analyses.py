@@ -9,12 +9,12 @@ import pytest
 
 from pipebubble import spans
 from pipebubble.analysis.breakdown import GpuPart
-from pipebubble.analysis.collectives import CALL_COLUMNS
+from pipebubble.analysis.comm.collectives import CALL_COLUMNS
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import LANE_COLUMNS
-from pipebubble.analysis.pipeline_report import PipelineSection, StagePart, reduce_stages
+from pipebubble.analysis.pipeline.report import PipelineSection, StagePart, reduce_stages
+from pipebubble.analysis.pipeline.work import WORK_COLUMNS
 from pipebubble.analysis.registry import ANALYSES
-from pipebubble.analysis.work import WORK_COLUMNS
 from pipebubble.options import Options
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipebubble.errors import TraceFormatError
 from pipebubble.executor import pool as _pool
-from pipebubble.ingest import chrome
+from pipebubble.ingest.json import chrome
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -106,7 +106,7 @@ def test_mutated_real_trace_never_crashes(tmp_path, data):
 def test_big_gzip_is_gunzipped_to_scratch_and_cleaned_up(tmp_path, monkeypatch, fraction):
     """A gzipped trace over the threshold is streamed to a scratch file (not into memory, never beside the
     input), decoded from there in parallel blocks, and the scratch file is removed."""
-    from pipebubble.ingest import jsontrace
+    from pipebubble.ingest.json import trace as jsontrace
 
     events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10, "dur": 4}
               for i in range(3000)]

@@ -16,7 +16,8 @@ import pytest
 
 from pipebubble import ingest
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import cache, chrome, find_traces
+from pipebubble.ingest import cache, find_traces
+from pipebubble.ingest.json import chrome
 from pipebubble.options import Options, Scale
 from pipebubble.run import run
 
@@ -293,7 +294,7 @@ def test_unwritable_cache_falls_back_with_one_warning(tmp_path, monkeypatch, kin
 def test_big_gzip_scratch_falls_back_too(tmp_path, monkeypatch):
     import gzip
 
-    from pipebubble.ingest import jsontrace
+    from pipebubble.ingest.json import trace as jsontrace
 
     plain = write_trace(tmp_path / "t.json")
     expected = analyse(plain, use_cache=False)

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth import write_pipeline
 
-from pipebubble.analysis import calibrate, schedules, whatif
-from pipebubble.analysis import pipeline as pm
-from pipebubble.analysis.pipeline_report import combine
+from pipebubble.analysis.pipeline import metrics as pm
+from pipebubble.analysis.pipeline.report import combine
+from pipebubble.analysis.pipeline.work import WORK_COLUMNS
 from pipebubble.analysis.registry import stages_part
-from pipebubble.analysis.work import WORK_COLUMNS
+from pipebubble.analysis.schedule import calibrate, schedules, whatif
 from pipebubble.errors import StageSpecError
 from pipebubble.ingest import find_traces, read_file
 from pipebubble.options import Options

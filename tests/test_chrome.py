@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from pipebubble.ingest import jsontrace, load
-from pipebubble.ingest.jsoncolumns import parse_us_text
+from pipebubble.ingest import load
+from pipebubble.ingest.json import trace as jsontrace
+from pipebubble.ingest.json.columns import parse_us_text
 
 
 def write(tmp_path, doc, name="trace.json"):

@@ -70,7 +70,7 @@ def test_cache_key_changes_with_the_file(tmp_path):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_parallel_block_decoding_matches_serial(tmp_path, monkeypatch, workers):
-    from pipebubble.ingest import jsontrace
+    from pipebubble.ingest.json import trace as jsontrace
 
     events = [{"ph": "X", "cat": "kernel" if i % 2 else "cpu_op", "name": f"n{i}", "pid": i % 2, "tid": 7,
                "ts": i * 3.25, "dur": 2} for i in range(2000)]

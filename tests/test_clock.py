@@ -15,7 +15,7 @@ from conftest import SHARED_TRACES, shared
 from shapes import data_parallel
 from synth import simulate, write_pipeline
 
-from pipebubble.analysis import clock
+from pipebubble.analysis.comm import clock
 from pipebubble.options import Options, Scale
 from pipebubble.run import run
 

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from pipebubble import spans
-from pipebubble.analysis import p2p
-from pipebubble.analysis.collectives import match
+from pipebubble.analysis.comm import p2p
+from pipebubble.analysis.comm.collectives import match
 from pipebubble.analysis.critical import CriticalPath, critical_part, critical_paths, median_path
 from pipebubble.analysis.critical import part as critical
 from pipebubble.analysis.registry import comm_of

@@ -16,7 +16,10 @@ import polars as pl
 import pytest
 from conftest import ROOT, shared_files
 
-from pipebubble.ingest import chrome, jsonblocks, jsoncolumns, jsonevents
+from pipebubble.ingest.json import blocks as jsonblocks
+from pipebubble.ingest.json import chrome
+from pipebubble.ingest.json import columns as jsoncolumns
+from pipebubble.ingest.json import events as jsonevents
 
 REPROS = ROOT.parent / "shared" / "repros"
 REAL = [*shared_files("kineto", "*.json.gz"), *shared_files("inference", "*.json.gz"),

@@ -42,6 +42,6 @@ def test_report_of_one_span_and_of_nothing():
 @pytest.mark.parametrize("table", [spans.empty(), one_span("kernel", 0), one_span("annotation", None)],
                          ids=["empty", "one-kernel", "one-annotation"])
 def test_interference_of_one_span_and_of_nothing(table):
-    from pipebubble.analysis.interference import interference
+    from pipebubble.analysis.serving.interference import interference
 
     assert interference(table) == (None, [])

@@ -19,7 +19,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket
 from test_render import MS, T0, collectives_report, gpipe_report, lanes_report
 
 from pipebubble import spans as span_schema
-from pipebubble.ingest import extras
+from pipebubble.ingest.json import extras
 from pipebubble.render import perfetto
 from pipebubble.render.perfetto_flows import attach
 from pipebubble.report import Wait

@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipebubble.analysis.interference import interference as analyse
-from pipebubble.analysis.steps_inferred import infer_steps
-from pipebubble.analysis.steps_llm import find_steps
+from pipebubble.analysis.serving.interference import interference as analyse
+from pipebubble.analysis.serving.steps_inferred import infer_steps
+from pipebubble.analysis.serving.steps_llm import find_steps
 from pipebubble.ingest import load
 from pipebubble.report import Interference, Report
 from pipebubble.spans import conform, empty

@@ -12,7 +12,12 @@ import polars as pl
 import pytest
 
 from pipebubble import spans as span_table
-from pipebubble.ingest import chrome, jsonblocks, jsonevents, jsonsplit, jsontrace, read_file
+from pipebubble.ingest import read_file
+from pipebubble.ingest.json import blocks as jsonblocks
+from pipebubble.ingest.json import chrome
+from pipebubble.ingest.json import events as jsonevents
+from pipebubble.ingest.json import split as jsonsplit
+from pipebubble.ingest.json import trace as jsontrace
 
 STEPS = 40
 EPOCH_US = "1712195495519695.812"  # beyond 2**43 µs, more digits than a float holds: read from its text

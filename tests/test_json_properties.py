@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from pipebubble import spans as span_table
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import chrome, jsontrace
+from pipebubble.ingest.json import chrome
+from pipebubble.ingest.json import trace as jsontrace
 
 EPOCH_US = 1712195495519695  # absolute epoch µs, beyond 2**43: the timestamp text is read
 _TS = st.one_of(

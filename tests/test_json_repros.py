@@ -13,7 +13,9 @@ from conftest import ROOT
 
 from pipebubble import spans as span_table
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import chrome, jsontrace, read_one
+from pipebubble.ingest import read_one
+from pipebubble.ingest.json import chrome
+from pipebubble.ingest.json import trace as jsontrace
 
 REPROS = ROOT.parent / "shared" / "repros"
 

@@ -14,7 +14,7 @@ import label_shapes as shapes
 import polars as pl
 import pytest
 
-from pipebubble.analysis.labels import LABEL_PATTERNS, attribute, labels
+from pipebubble.analysis.pipeline.labels import LABEL_PATTERNS, attribute, labels
 from pipebubble.ingest import load, read_file
 from pipebubble.options import Options, Scale
 from pipebubble.run import run

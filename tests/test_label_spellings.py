@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 from synth import simulate
 
-from pipebubble.analysis.labels import LABEL_PATTERNS, attribute, labels
-from pipebubble.analysis.stages import assign
+from pipebubble.analysis.pipeline.labels import LABEL_PATTERNS, attribute, labels
+from pipebubble.analysis.pipeline.stages import assign
 from pipebubble.ingest import read_file
 from pipebubble.options import Options, Scale
 from pipebubble.run import of_results, run

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis import p2p
+from pipebubble.analysis.comm import p2p
 from pipebubble.analysis.rootcause.part import _covered, _joined
 
 ATS = ("origin", "arrival", "end")
@@ -63,11 +63,11 @@ def test_a_spilled_scans_distinct_names_are_read_in_a_stream_to_the_same_answers
     and answers as the table in memory does."""
     from conftest import shared
 
-    from pipebubble.analysis.collectives import participant_windows
+    from pipebubble.analysis.comm.collectives import participant_windows
     from pipebubble.analysis.intervals import engine_for
-    from pipebubble.analysis.labels import label_choices
+    from pipebubble.analysis.pipeline.labels import label_choices
+    from pipebubble.analysis.pipeline.part import _ranks_sending
     from pipebubble.analysis.registry import may_hold_steps, serving_ranks
-    from pipebubble.analysis.stage_part import _ranks_sending
     from pipebubble.ingest import read_file
     from pipebubble.options import Options
 

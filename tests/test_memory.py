@@ -10,7 +10,7 @@ import pytest
 
 from pipebubble import allocations
 from pipebubble.analysis.memory import inflight_max, memory_part, memory_report, predicted_peak
-from pipebubble.analysis.work import WORK_SCHEMA
+from pipebubble.analysis.pipeline.work import WORK_SCHEMA
 from pipebubble.report import Pipeline
 
 

@@ -13,7 +13,7 @@ from pipebubble import allocations
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import nsys, read_file
 from pipebubble.ingest.base import FileResult
-from pipebubble.ingest.nsys_memory import BYTES_LIMIT, TABLE
+from pipebubble.ingest.nsys.memory import BYTES_LIMIT, TABLE
 from pipebubble.spans import GPU_WORK
 
 try:  # tests/ as a package, or as a plain folder on sys.path (pytest's default import mode)

@@ -22,7 +22,7 @@ import pytest
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import nsys, read_one
 from pipebubble.ingest.base import FileResult
-from pipebubble.ingest.nsys_tables import one_line, sqlite_uri
+from pipebubble.ingest.nsys.tables import one_line, sqlite_uri
 from pipebubble.spans import GPU_WORK, validate
 
 try:  # tests/ as a package, or as a plain folder on sys.path (pytest's default import mode)

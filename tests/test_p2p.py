@@ -1,4 +1,4 @@
-"""Point-to-point sends and receives paired across ranks (``analysis/p2p.py``): each receive's wait for its
+"""Point-to-point sends and receives paired across ranks (``analysis/comm/p2p.py``): each receive's wait for its
 peer's send and its transfer, per pair and per stage, the pipeline waits they explain, pairing that does
 not depend on the ranks' clocks, and the real CPU pipelines' sends all paired."""
 
@@ -15,9 +15,9 @@ from p2p_shapes import MS, gpipe_p2p
 from shapes import all_to_all
 
 from pipebubble import mapreduce, wire
-from pipebubble.analysis import p2p as pp
+from pipebubble.analysis.comm import p2p as pp
 from pipebubble.analysis.job import CommPart
-from pipebubble.analysis.pipeline_report import combine
+from pipebubble.analysis.pipeline.report import combine
 from pipebubble.ingest import read_file
 from pipebubble.options import Options, Scale
 from pipebubble.render import render

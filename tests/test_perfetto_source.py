@@ -17,7 +17,7 @@ import pytest
 from conftest import shared
 from test_export import SAMPLE, decode, run_export
 
-from pipebubble.ingest import extras
+from pipebubble.ingest.json import extras
 from pipebubble.render import perfetto
 from pipebubble.render.perfetto_flows import attach
 from pipebubble.run import with_spans
@@ -161,7 +161,8 @@ def test_the_analysis_never_reads_the_extras():
     if not SAMPLE.exists():
         pytest.skip("sample traces absent")
     code = ("import sys; from pathlib import Path; from pipebubble.run import run; run([Path(sys.argv[1])]); "
-            "print(any(m in sys.modules for m in ('pipebubble.ingest.extras', 'pipebubble.render.perfetto_flows')))")
+            "print(any(m in sys.modules for m in "
+            "('pipebubble.ingest.json.extras', 'pipebubble.render.perfetto_flows')))")
     proc = subprocess.run([sys.executable, "-c", code, str(SAMPLE)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

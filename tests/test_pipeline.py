@@ -179,7 +179,7 @@ def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_pat
 
 
 def test_cv_does_not_depend_on_the_order_of_its_values():
-    from pipebubble.analysis.pipeline import cv
+    from pipebubble.analysis.pipeline.metrics import cv
 
     values = [0.1, 0.7, 1e9, 3.3, 2e-5, 17.0]
     assert len({cv(values), cv(values[::-1]), cv(sorted(values)), cv(values[2:] + values[:2])}) == 1

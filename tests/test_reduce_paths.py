@@ -9,10 +9,10 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipebubble.analysis import pipeline as pm
 from pipebubble.analysis.intervals import merge, unions
-from pipebubble.analysis.replay import StageTimes, action_duration, simulate
-from pipebubble.analysis.schedules import Action, Schedule, make_schedule, numbered
+from pipebubble.analysis.pipeline import metrics as pm
+from pipebubble.analysis.schedule.replay import StageTimes, action_duration, simulate
+from pipebubble.analysis.schedule.schedules import Action, Schedule, make_schedule, numbered
 
 SCHEMA = {"g": pl.Int32, "h": pl.String, "start": pl.Int64, "end": pl.Int64}
 

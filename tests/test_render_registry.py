@@ -45,8 +45,8 @@ def subject(command: str):
 
 
 def theory():
-    from pipebubble.analysis.schedules import make_schedule
-    from pipebubble.analysis.whatif import StageTimes, ideal_step_time_ns, simulate
+    from pipebubble.analysis.schedule.schedules import make_schedule
+    from pipebubble.analysis.schedule.whatif import StageTimes, ideal_step_time_ns, simulate
     from pipebubble.render.theory import Theory
 
     times = StageTimes.uniform((1_000_000,) * 4, 8, Fraction(2))

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipebubble.analysis.replay import StageTimes, action_duration, action_setup, hop_ns, simulate
-from pipebubble.analysis.schedules import (
+from pipebubble.analysis.schedule.replay import StageTimes, action_duration, action_setup, hop_ns, simulate
+from pipebubble.analysis.schedule.schedules import (
     SCHEDULES,
     Action,
     Schedule,

@@ -11,7 +11,7 @@ from test_otlp import MS, write_vllm
 
 from pipebubble import gates, gates_requests, requests_table
 from pipebubble.analysis.requests import findings, summarize
-from pipebubble.analysis.steps_llm import STEP_COLUMNS
+from pipebubble.analysis.serving.steps_llm import STEP_COLUMNS
 from pipebubble.ingest import read_file
 from pipebubble.report_requests import JSON_KEYS, Requests
 

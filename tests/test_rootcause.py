@@ -11,7 +11,7 @@ from rootcause_shapes import STEP_MS, copies_entered_late, dp_job
 from shapes import MS
 
 from pipebubble import spans as sp
-from pipebubble.analysis import collectives, p2p
+from pipebubble.analysis.comm import collectives, p2p
 from pipebubble.analysis.rootcause import chain, findings, part
 from pipebubble.analysis.rootcause.result import late_ranks
 from pipebubble.ingest import read_file

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from pipebubble import requests_table
-from pipebubble.analysis.requests_from_trace import KV_SCHEMA, STEP_SCHEMA, requests_from_trace
+from pipebubble.analysis.serving.requests_from_trace import KV_SCHEMA, STEP_SCHEMA, requests_from_trace
 from pipebubble.ingest import load
 from pipebubble.spans import conform, empty
 from tests.conftest import ROOT

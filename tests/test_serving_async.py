@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipebubble.analysis.steps_llm import find_steps
+from pipebubble.analysis.serving.steps_llm import find_steps
 from pipebubble.options import Options, Scale, ServingOptions
 from pipebubble.run import run
 from pipebubble.spans import conform

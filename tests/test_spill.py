@@ -43,7 +43,8 @@ def test_a_block_read_again_joined_to_the_one_before_is_spilled_once(tmp_path, m
     once, whatever the block size (and in a trace cut off mid-write, every whole event's span once)."""
     import json
 
-    from pipebubble.ingest import jsontrace, read_file
+    from pipebubble.ingest import read_file
+    from pipebubble.ingest.json import trace as jsontrace
 
     events = []
     for i in range(400):
@@ -74,7 +75,8 @@ def test_a_cut_off_trace_whose_last_blocks_are_read_again_spills_each_span_once(
 
     import polars as pl
 
-    from pipebubble.ingest import jsontrace, read_file
+    from pipebubble.ingest import read_file
+    from pipebubble.ingest.json import trace as jsontrace
 
     def x(i: int, name: str) -> dict:
         return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": i * 10.0, "dur": 5.0}

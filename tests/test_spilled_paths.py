@@ -116,7 +116,7 @@ def test_unions_merged_from_one_sort_equal_each_union_merged_alone(rows, flat):
 @pytest.mark.parametrize("trace", [TRACE, ("kineto", "recsys_128rank_sampled_rank-0.json.gz"),
                                    ("kineto", "mi250_rocm_toy_train.json.gz")])
 def test_whether_a_scan_holds_stages_is_told_from_its_distinct_names_as_from_the_whole_table(trace):
-    from pipebubble.analysis import stage_part
+    from pipebubble.analysis.pipeline import part as stage_part
     from pipebubble.ingest import read_file
     from pipebubble.options import PipelineOptions
 

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from pipebubble.analysis.schedules import (
+from pipebubble.analysis.schedule.schedules import (
     Action,
     Schedule,
     closed_form_bubble,
@@ -20,7 +20,7 @@ from pipebubble.analysis.schedules import (
     make_schedule,
     one_f_one_b,
 )
-from pipebubble.analysis.whatif import (
+from pipebubble.analysis.schedule.whatif import (
     StageTimes,
     action_duration,
     action_setup,

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from pipebubble.analysis import collectives as coll
-from pipebubble.analysis import p2p as pp
+from pipebubble.analysis.comm import collectives as coll
+from pipebubble.analysis.comm import p2p as pp
 from pipebubble.analysis.critical import CriticalPart, critical_paths
-from pipebubble.analysis.evidence import one_rank, some_ranks
-from pipebubble.analysis.pipeline_report import PipelineSection, reduce_stages, stacked
+from pipebubble.analysis.pipeline.evidence import one_rank, some_ranks
+from pipebubble.analysis.pipeline.part import StagePart
+from pipebubble.analysis.pipeline.report import PipelineSection, reduce_stages, stacked
 from pipebubble.analysis.rootcause import part as rc_part
 from pipebubble.analysis.rootcause.result import LateRank, late_ranks
-from pipebubble.analysis.stage_part import StagePart
 from pipebubble.options import PipelineOptions
 from pipebubble.report import Collectives, CriticalPath, Wait
 

@@ -16,16 +16,16 @@ import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart, gpu_part
 from pipebubble.analysis.breakdown.part import GpuInputs
-from pipebubble.analysis.collectives import NCCL_NVTX, collective_part, comm_ranges
-from pipebubble.analysis.interference import interference
+from pipebubble.analysis.comm.collectives import NCCL_NVTX, collective_part, comm_ranges
+from pipebubble.analysis.comm.p2p import p2p_part
 from pipebubble.analysis.intervals import engine_for
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
-from pipebubble.analysis.p2p import p2p_part
+from pipebubble.analysis.pipeline.part import StagePart, stage_part, stage_parts
 from pipebubble.analysis.rootcause.part import windows as arrival_windows
-from pipebubble.analysis.stage_part import StagePart, stage_part, stage_parts
-from pipebubble.analysis.steps_inferred import DECODE_KERNELS, GRAPH_LAUNCH, STEP_FRAMES, TRAINING_KERNELS
-from pipebubble.analysis.steps_llm import LABEL_PATTERNS as STEP_LABELS
+from pipebubble.analysis.serving.interference import interference
+from pipebubble.analysis.serving.steps_inferred import DECODE_KERNELS, GRAPH_LAUNCH, STEP_FRAMES, TRAINING_KERNELS
+from pipebubble.analysis.serving.steps_llm import LABEL_PATTERNS as STEP_LABELS
 from pipebubble.options import Options
 from pipebubble.report import Interference, Segment
 from pipebubble.spans import COMM_NAMES, GPU_WORK
@@ -51,7 +51,7 @@ def stages_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> Sta
 
 def stages_parts(spans: pl.DataFrame, options: Options, metas: dict[int, dict]) -> dict[int, StagePart | None]:
     """``stages_part`` of several files of one rank each at once (``spans``: theirs, concatenated; ``metas``:
-    each rank's file's meta), by rank; the files it cannot map together (``stage_part.stage_parts``) are
+    each rank's file's meta), by rank; the files it cannot map together (``pipeline.part.stage_parts``) are
     left out, to be mapped alone."""
     if options.files == 1:
         return {}
@@ -121,7 +121,7 @@ def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None, step_regex
 
 def comm_rows(spans: pl.LazyFrame) -> pl.DataFrame:
     """The rows of a big table that ``comm_part`` reads, and that ``stages_part`` reads of a file with no
-    pipeline evidence (``stage_part.no_evidence``), in the table's order: ranges named like communication,
+    pipeline evidence (``pipeline.part.no_evidence``), in the table's order: ranges named like communication,
     annotations (labels), profiler steps, communication kernels and the calls that launched them, and the
     first row of each lane (what names the stages)."""
     kernels = (pl.col("kind") == "comm") & pl.col("device").is_not_null()

@@ -34,7 +34,8 @@ def export(
       pipebubble export runs/rank*.json.gz -o annotated.json.gz
     """
     from pipebubble.cli.output import progress, warn, write_text
-    from pipebubble.ingest import extras, find_traces
+    from pipebubble.ingest import find_traces
+    from pipebubble.ingest.json import extras
     from pipebubble.render.perfetto_flows import attach
     from pipebubble.run import with_spans
 

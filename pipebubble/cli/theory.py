@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from pipebubble.analysis.schedules import closed_form_bubble, make_schedule
-from pipebubble.analysis.whatif import StageTimes, ideal_step_time_ns, simulate
+from pipebubble.analysis.schedule.schedules import closed_form_bubble, make_schedule
+from pipebubble.analysis.schedule.whatif import StageTimes, ideal_step_time_ns, simulate
 from pipebubble.cli.output import write_text
 from pipebubble.errors import StageSpecError
 from pipebubble.render import formats

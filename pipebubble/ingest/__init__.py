@@ -19,7 +19,7 @@ from pipebubble.ingest.base import FileResult
 if TYPE_CHECKING:  # polars loads only when traces are read, so a cached report comes back fast
     import polars as pl
 
-    from pipebubble.ingest.chrome import Pending
+    from pipebubble.ingest.json.chrome import Pending
 
 #: What `pipebubble capture` writes beside its traces (command, versions, devices; the profiler's messages).
 CAPTURE_METADATA = "capture.json"
@@ -145,7 +145,7 @@ def read_files(jobs: list[tuple[str, int]], use_cache: bool = True) -> list[File
     their spans made by one plan for all (``chrome.read_batch``: a small file's fixed cost is its
     queries); any other file is read alone. A file that cannot be read fails the batch where
     ``read_file`` would: the files before it are read (and cached) first."""
-    from pipebubble.ingest import chrome
+    from pipebubble.ingest.json import chrome
 
     results: list[FileResult | None] = [None] * len(jobs)
     pending: list[tuple[int, str | None, list[str], Pending]] = []
@@ -199,7 +199,7 @@ def _batched(reader: readers.Reader, path: Path) -> bool:
 
 def _decoded_alone(path: Path, position: int) -> Pending:
     """A small Chrome JSON trace decoded (``chrome.decode_pending``), with ``read_one``'s errors."""
-    from pipebubble.ingest import chrome
+    from pipebubble.ingest.json import chrome
 
     try:
         return chrome.decode_pending(path, position)

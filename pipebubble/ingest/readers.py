@@ -122,7 +122,7 @@ JSON_SUFFIXES = (".json", ".json.gz")
 
 
 def _json_read(path: Path, where: Where) -> FileResult:
-    from pipebubble.ingest import chrome
+    from pipebubble.ingest.json import chrome
 
     scratch = where.work / "scratch" if where.work is not None else None
     return chrome.read(path, where.position, where.pool, scratch, where.spill)
@@ -143,7 +143,7 @@ def _gzipped(path: Path) -> bool:
 
 def _json_writes(path: Path) -> bool:
     """A big gzipped trace is gunzipped to a scratch file rather than into memory."""
-    from pipebubble.ingest.jsontrace import GUNZIP_TO_DISK
+    from pipebubble.ingest.json.trace import GUNZIP_TO_DISK
 
     return path.is_file() and _gzipped(path) and path.stat().st_size >= GUNZIP_TO_DISK
 
@@ -162,7 +162,7 @@ SPLIT_FLOOR_BYTES = 32 << 20
 def _json_splits(path: Path) -> bool:
     """Enough decode blocks' worth of JSON text to be worth starting a pool for (four blocks, and over
     ``SPLIT_FLOOR_BYTES``)."""
-    from pipebubble.ingest.jsontrace import BLOCK_BYTES
+    from pipebubble.ingest.json.trace import BLOCK_BYTES
 
     return path.is_file() and _json_text_bytes(path) > max(4 * BLOCK_BYTES, SPLIT_FLOOR_BYTES)
 

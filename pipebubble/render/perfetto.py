@@ -227,7 +227,7 @@ def add_waits(out: ExportTrace, report: Report, layout: _Layout) -> None:
     may overlap: spills merge into the one track). ``waited_for`` (the rank that arrived last) is in the
     args."""
     title = "bubbles and waits" if report.pipeline is not None else "collective waits"  # outside a pipeline
-    for w in sorted(report.waits, key=_wait_order):  # the only waits are at collectives (analysis/collectives.py)
+    for w in sorted(report.waits, key=_wait_order):  # the only waits are at collectives (analysis/comm/collectives.py)
         gkey = _wait_group(layout, w)
         level, end = layout.place((gkey, "waits"), w.start_ns, w.start_ns + w.dur_ns)
         track = layout.child(gkey, ("waits",), title, level)

@@ -171,7 +171,8 @@ def wait_table(report: Report, origin_ns: int, unit: str = "ms") -> Table:
                  rows, frozenset({1, 2}), drop=("before", f"at {unit}"))
 
 
-#: What each wait cause means (``analysis/waits.py``, ``analysis/collectives.py``), for tooltips and legends.
+#: What each wait cause means (``analysis/pipeline/waits.py``, ``analysis/comm/collectives.py``), for tooltips
+#: and legends.
 CAUSES = {"fill": "before the stage's first compute of the step (pipeline fill)",
           "drain": "after the stage's last compute of the step (pipeline drain)",
           "upstream": "the next forward waited for its activation from the stage before",

@@ -12,8 +12,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipebubble.analysis.schedules import Schedule
-    from pipebubble.analysis.whatif import Simulation, TimedAction
+    from pipebubble.analysis.schedule.schedules import Schedule
+    from pipebubble.analysis.schedule.whatif import Simulation, TimedAction
 
 NS_PER_MS = 1_000_000
 GRID_WIDTH = 150

@@ -22,7 +22,8 @@ from conftest import ROOT, SHARED_TRACES
 
 from pipebubble import spans as span_table
 from pipebubble.errors import TraceFormatError
-from pipebubble.ingest import jsontrace, read_one
+from pipebubble.ingest import read_one
+from pipebubble.ingest.json import trace as jsontrace
 
 EXAMPLES = int(os.environ.get("PIPEBUBBLE_FUZZ_EXAMPLES", "10000"))
 SEED = int(os.environ.get("PIPEBUBBLE_FUZZ_SEED", "0"))
@@ -158,7 +159,7 @@ def outcome(path: Path, block: int, to_disk: bool, scratch: Path):
 
 
 def _read_to_disk(path: Path, scratch: Path):
-    from pipebubble.ingest import chrome
+    from pipebubble.ingest.json import chrome
 
     return chrome.read(path, 0, None, scratch)
 

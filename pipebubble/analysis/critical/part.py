@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipebubble.analysis.breakdown.rows import steps_of
-from pipebubble.analysis.collectives import participant
+from pipebubble.analysis.comm.collectives import participant
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.launches import OP_KEY, same_process, with_launch
 from pipebubble.spans import GPU_WORK, owner

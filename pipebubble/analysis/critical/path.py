@@ -24,9 +24,9 @@ from bisect import bisect_right
 
 import polars as pl
 
-from pipebubble.analysis.collectives import pid_of, rank_of
+from pipebubble.analysis.comm.collectives import pid_of, rank_of
 from pipebubble.analysis.critical.part import MERGE_GAP_NS, CriticalPart
-from pipebubble.analysis.pipeline_report import stacked
+from pipebubble.analysis.pipeline.report import stacked
 from pipebubble.report_critical import CriticalPath, PathSegment, PathShare
 
 KINDS = ("compute", "memory", "comm", "host", "waiting")

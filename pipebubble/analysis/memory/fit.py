@@ -8,7 +8,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from pipebubble.analysis.memory.predict import inflight_max, predicted_peak
-from pipebubble.analysis.schedules import SCHEDULES
+from pipebubble.analysis.schedule.schedules import SCHEDULES
 from pipebubble.errors import StageSpecError
 from pipebubble.report import Pipeline, Recommendation
 from pipebubble.report_memory import Memory, MemoryStage

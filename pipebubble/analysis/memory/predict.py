@@ -16,7 +16,7 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
-from pipebubble.analysis.schedules import make_schedule
+from pipebubble.analysis.schedule.schedules import make_schedule
 
 
 @lru_cache(maxsize=256)

@@ -7,8 +7,8 @@ import polars as pl
 
 from pipebubble.analysis.memory.part import MemoryPart
 from pipebubble.analysis.memory.predict import inflight_max
-from pipebubble.analysis.pipeline_report import stacked
-from pipebubble.analysis.schedules import SCHEDULES
+from pipebubble.analysis.pipeline.report import stacked
+from pipebubble.analysis.schedule.schedules import SCHEDULES
 from pipebubble.report import Pipeline
 from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipebubble import requests_table
-from pipebubble.analysis.requests_from_trace import EVENT, KV_SCHEMA, requests_from_trace
-from pipebubble.analysis.steps_llm import attach_gpu, find_steps
+from pipebubble.analysis.serving.requests_from_trace import EVENT, KV_SCHEMA, requests_from_trace
+from pipebubble.analysis.serving.steps_llm import attach_gpu, find_steps
 
 #: Time columns of each frame, which the file's clock offset moves.
 TIMES = {"requests": ("arrival", "scheduled", "first_token", "completion"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.requests.latency import percentiles
-from pipebubble.analysis.steps_llm import timed
+from pipebubble.analysis.serving.steps_llm import timed
 from pipebubble.report_requests import Group, Steps
 
 _PROMPT = ("prefill", "mixed")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipebubble.analysis.collectives import rank_of
+from pipebubble.analysis.comm.collectives import rank_of
 from pipebubble.analysis.rootcause.late import PER_CALL, cause_of
 from pipebubble.analysis.rootcause.part import CLASSES
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.breakdown.rows import steps_of
-from pipebubble.analysis.collectives import participant
+from pipebubble.analysis.comm.collectives import participant
 from pipebubble.analysis.intervals import ENGINE, merge_each
 from pipebubble.spans import GPU_WORK, HOST_WORK
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from pipebubble.analysis.collectives import pid_of, rank_of
+from pipebubble.analysis.comm.collectives import pid_of, rank_of
 from pipebubble.analysis.rootcause.chain import Link, follow
 from pipebubble.analysis.rootcause.late import by_cause, per_call
 from pipebubble.analysis.rootcause.part import CLASSES

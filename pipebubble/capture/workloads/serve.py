@@ -24,7 +24,7 @@ to few operators per step so that a profile of a whole run stays small.
 Request events. The engine marks each request's life in the trace with ``record_function`` ranges that it
 opens and closes at once (torch 2.13's profiler offers no instant event of its own: a range survives into the
 Kineto JSON as a ``user_annotation``), so an event's time is its range's start and its length means nothing.
-Any engine can emit the same names; ``pipebubble.analysis.requests_from_trace`` reads them back. A name is
+Any engine can emit the same names; ``pipebubble.analysis.serving.requests_from_trace`` reads them back. A name is
 ``request:{event} id={id}`` and then ``key=value`` fields, separated by single spaces (the id holds no space):
 
 - ``request:arrival id=R prompt=N``: R reached the engine with an N-token prompt and joined its waiting queue.
