@@ -17,9 +17,9 @@ import pytest
 from conftest import ROOT, shared_files
 
 from pipebubble.ingest.json import blocks as jsonblocks
-from pipebubble.ingest.json import chrome
 from pipebubble.ingest.json import columns as jsoncolumns
 from pipebubble.ingest.json import events as jsonevents
+from pipebubble.ingest.json import spans as jsonspans
 
 REPROS = ROOT.parent / "shared" / "repros"
 REAL = [*shared_files("kineto", "*.json.gz"), *shared_files("inference", "*.json.gz"),
@@ -50,12 +50,12 @@ def _plain(block: bytes, base: int):
         decoded = jsonevents.decode_block(block)
     except jsonevents.BlockError as exc:
         return exc
-    rest, table, skipped, _, memory = chrome.block_spans(decoded.frame, "s", 3, base)
+    rest, table, skipped, _, memory = jsonspans.block_spans(decoded.frame, "s", 3, base)
     return rest, table, skipped, memory, decoded.phases
 
 
 def _fast(block: bytes, base: int):
-    result = jsonblocks._try_block(block, partial(chrome.block_spans, source="s", rank=3, base=base))
+    result = jsonblocks._try_block(block, partial(jsonspans.block_spans, source="s", rank=3, base=base))
     if isinstance(result, jsonevents.BlockError):
         return result
     return result.events, result.spans, result.skipped, result.memory, result.phases
@@ -79,7 +79,7 @@ def _same(fast, plain) -> None:
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 @pytest.mark.parametrize("per_row", [0, 1 << 30], ids=["joined", "row-by-row"])
 def test_real_blocks_decode_the_same_either_way(path, per_row, monkeypatch):
-    monkeypatch.setattr(chrome, "_PER_ROW", per_row)
+    monkeypatch.setattr(jsonspans, "_PER_ROW", per_row)
     for block in _blocks(_text(path))[:40]:
         for base in (0, 1_700_000_000_000_000_000):
             _same(_fast(block, base), _plain(block, base))
@@ -124,7 +124,7 @@ CASES = {
 @pytest.mark.parametrize("events", CASES.values(), ids=CASES)
 @pytest.mark.parametrize("per_row", [0, 1 << 30], ids=["joined", "row-by-row"])
 def test_blocks_of_every_kind_decode_the_same_either_way(events, per_row, monkeypatch):
-    monkeypatch.setattr(chrome, "_PER_ROW", per_row)
+    monkeypatch.setattr(jsonspans, "_PER_ROW", per_row)
     block = json.dumps(events).encode()
     for base in (0, 1_700_000_000_000_000_000, -(2**62) + 1):
         _same(_fast(block, base), _plain(block, base))
@@ -147,21 +147,23 @@ def test_a_timestamp_may_be_big_only_beyond_2_43_us(values, big):
 
 
 def test_categories_map_to_kinds_as_the_dict_did():
-    cats = [*chrome.CATEGORY_KINDS, *(c.upper() for c in chrome.CATEGORY_KINDS), "Cuda_Runtime", "weird", "", None]
+    kinds = jsonspans.CATEGORY_KINDS
+    cats = [*kinds, *(c.upper() for c in kinds), "Cuda_Runtime", "weird", "", None]
     frame = pl.DataFrame({"cat": cats, "name": ["x"] * len(cats)})
-    before = pl.col("cat").str.to_lowercase().replace_strict(chrome.CATEGORY_KINDS, default="cpu_op")
-    assert frame.select(chrome._KIND).to_series().to_list() == frame.select(before).to_series().to_list()
+    before = pl.col("cat").str.to_lowercase().replace_strict(jsonspans.CATEGORY_KINDS, default="cpu_op")
+    assert frame.select(jsonspans._KIND).to_series().to_list() == frame.select(before).to_series().to_list()
 
 
 def _file_block(tmp_path: Path, text: bytes):
     path = tmp_path / "t.json"
     path.write_bytes(b"xx" + text + b"yy")
-    return jsonblocks._try_file_block(str(path), 2, len(text), partial(chrome.block_spans, source="s", rank=3, base=0))
+    finish = partial(jsonspans.block_spans, source="s", rank=3, base=0)
+    return jsonblocks._try_file_block(str(path), 2, len(text), finish)
 
 
 def _wrapped_block(text: bytes):
     block = jsonblocks._wrapped(memoryview(text), 0, len(text))
-    return jsonblocks._try_block(block, partial(chrome.block_spans, source="s", rank=3, base=0))
+    return jsonblocks._try_block(block, partial(jsonspans.block_spans, source="s", rank=3, base=0))
 
 
 def _as_tuple(result):
@@ -192,7 +194,7 @@ def test_a_workers_block_of_a_real_trace_reads_the_same(tmp_path):
     path.write_bytes(data)
     region = _region(data)
     offset = data.index(b"[", data.find(b'"traceEvents"')) + 1
-    fn = partial(chrome.block_spans, source="s", rank=3, base=0)
+    fn = partial(jsonspans.block_spans, source="s", rank=3, base=0)
     for a, b in jsonblocks._cuts(region, 256 << 10)[:8]:
         worker = jsonblocks._try_file_block(str(path), offset + a, b - a, fn)
         here = jsonblocks._try_block(jsonblocks._wrapped(region, a, b), fn)
