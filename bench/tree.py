@@ -117,9 +117,11 @@ def paired(a: list[str], b: list[str], env: dict[str, str] | None = None, repeat
     return Paired(median(0), median(1), ratios[len(ratios) // 2], ratios[0], ratios[-1])
 
 
-def folder_against_json_load(folder, repeat: int = 3) -> tuple[Paired, float]:
+def folder_against_json_load(folder, repeat: int = 3, target=None) -> tuple[Paired, float]:
     """``pipebubble analyze FOLDER --format json --no-cache -q`` against a bare ``json.load`` of each of its
-    ``rank*.json`` files (one process, one after another), in a fresh cache: the pair and the files' MB."""
+    ``rank*.json`` files (one process, one after another), in a fresh cache: the pair and the files' MB.
+    ``target``: analyse that instead, against the same baseline (a tiny trace: the command's fixed cost in
+    units of this folder's ``json.load``)."""
     import sys
     import tempfile
 
@@ -128,5 +130,6 @@ def folder_against_json_load(folder, repeat: int = 3) -> tuple[Paired, float]:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "PIPEBUBBLE_CACHE_DIR": cache}
         load = "import json, sys\nfor f in sys.argv[1:]:\n    json.load(open(f))"
-        analyze = [sys.executable, "-m", "pipebubble", "analyze", str(folder), "--format", "json", "--no-cache", "-q"]
+        analyze = [sys.executable, "-m", "pipebubble", "analyze", str(target or folder), "--format", "json",
+                   "--no-cache", "-q"]
         return paired(analyze, [sys.executable, "-c", load, *files], env, repeat), mb
