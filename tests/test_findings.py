@@ -24,7 +24,7 @@ from pipebubble.report import (
     StepResult,
     Support,
 )
-from pipebubble.report_findings import KINDS, Where
+from pipebubble.report.findings import KINDS, Where
 from tests.conftest import ROOT, SHARED_TRACES
 
 MS = 1_000_000

@@ -134,7 +134,7 @@ def test_memory_finding_when_the_fastest_what_if_does_not_fit():
 
     from pipebubble.analysis.findings import memory
     from pipebubble.report import Recommendation
-    from pipebubble.report_memory import Memory, MemoryStage
+    from pipebubble.report.memory import Memory, MemoryStage
 
     report = analyse(ROOT / "sample_traces" / "memory" / "1f1b_m4")
     recs = [Recommendation("current: 1f1b, m=4", "1f1b", 4, 1, 100_000_000, 0.5, 1.0, "", 6 << 20, True),

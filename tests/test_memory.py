@@ -131,7 +131,7 @@ def test_capacity_from_device_properties():
 
 
 def stage_memory(stage, static=1000, peak=1230, held=100, inflight=2, capacity=None, outside=None):
-    from pipebubble.report_memory import MemoryStage
+    from pipebubble.report.memory import MemoryStage
 
     return MemoryStage(stage=stage, lanes=[f"rank{stage}/gpu0"], peak_bytes=peak, peak_at_ns=0, static_bytes=static,
                        per_microbatch_bytes=held, inflight_at_peak=inflight, capacity_bytes=capacity,
@@ -153,7 +153,7 @@ def rec(label, schedule, m, v=1):
 
 def test_rows_gain_predicted_peak_and_fits():
     from pipebubble.analysis.memory.fit import with_memory
-    from pipebubble.report_memory import Memory
+    from pipebubble.report.memory import Memory
 
     memory = Memory(events=1, stages=[stage_memory(0), stage_memory(1, static=500)])
     recs = [rec("current: gpipe, m=2", "gpipe", 2), rec("m=4", "gpipe", 4), rec("1f1b", "1f1b", 2)]
@@ -178,7 +178,7 @@ def test_without_memory_rows_are_unmeasured():
 
 def test_largest_m_at_todays_microbatch_size():
     from pipebubble.analysis.memory.fit import with_memory
-    from pipebubble.report_memory import Memory
+    from pipebubble.report.memory import Memory
 
     memory = Memory(events=1, stages=[stage_memory(0), stage_memory(1, static=500)])
     recs = [rec("current: gpipe, m=2", "gpipe", 2)]

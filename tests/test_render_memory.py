@@ -12,7 +12,7 @@ from rich.console import Console
 
 from pipebubble.render import html, markdown, terminal
 from pipebubble.render.memory import ROWS_DRAWN, earliest, memory_facts, memory_svg, memory_tables, size
-from pipebubble.report_memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
+from pipebubble.report.memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
 
 GIB, MIB, MS = 1 << 30, 1 << 20, 1_000_000
 T0 = 5_000 * MS  # the job's clock does not start at 0

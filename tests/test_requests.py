@@ -13,7 +13,7 @@ from pipebubble import gates, gates_requests, requests_table
 from pipebubble.analysis.requests import findings, summarize
 from pipebubble.analysis.serving.steps_llm import STEP_COLUMNS
 from pipebubble.ingest import read_file
-from pipebubble.report_requests import JSON_KEYS, Requests
+from pipebubble.report.requests import JSON_KEYS, Requests
 
 
 @pytest.fixture(scope="module")

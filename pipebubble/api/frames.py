@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union, get_args, get_origin, 
 
 from pipebubble.errors import PipebubbleError
 from pipebubble.report import Breakdown, KernelStat, Lane, MemoryDevice, MemoryStage, RequestRow, Stage, Wait
-from pipebubble.report_findings import Finding
+from pipebubble.report.findings import Finding
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipebubble.render.cells import num, pct, time
 from pipebubble.report import Report
-from pipebubble.report_findings import THRESHOLD, Finding
+from pipebubble.report.findings import THRESHOLD, Finding
 
 
 def summary(report: Report) -> str:

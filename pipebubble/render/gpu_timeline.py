@@ -19,7 +19,7 @@ from html import escape
 
 from pipebubble.render import timeline
 from pipebubble.render.cells import ms, share, shorten
-from pipebubble.report_strips import CLASSES, Strip, Strips, bin_edges
+from pipebubble.report.strips import CLASSES, Strip, Strips, bin_edges
 
 #: class: (character, legend text, colour). Colours: ``html.PART_COLOURS`` for compute, exposed comm and
 #: memory, ``html.WAIT_COLOURS`` host, sync and collective for the causes, its idle grey for other.

@@ -1,5 +1,5 @@
 """The memory section as strings and one drawing: each device's allocator peak and each pipeline stage's static
-bytes plus its micro-batches in flight (``report_memory``), as facts, tables and an inline SVG of the allocated
+bytes plus its micro-batches in flight (``report.memory``), as facts, tables and an inline SVG of the allocated
 bytes over time, one small multiple per stage (else per device) on one scale. Only formatting and layout: every
 number is read from the ``Memory`` as it is.
 
@@ -14,7 +14,7 @@ from html import escape
 
 from pipebubble.render import timeline
 from pipebubble.render.cells import Table, num, share, shorten, size, time
-from pipebubble.report_memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
+from pipebubble.report.memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
 
 ROWS_DRAWN = 32  # small multiples in the drawing (the largest peaks); the tables list every device and stage
 EVERY = "markdown, html or json list every device"
@@ -58,7 +58,7 @@ def _largest(d: MemoryDevice, zero: int, unit: str) -> str:
 
 def _stage_fact(st: MemoryStage, zero: int, unit: str) -> str:
     """``stage 1: peak 16.3 GiB (at 120.00 ms): static 10.0 GiB, 3 micro-batches in flight holding 2.0 GiB
-    each``: the peak as measured, its parts as the analysis found them (``report_memory``; a backward's
+    each``: the peak as measured, its parts as the analysis found them (``report.memory``; a backward's
     transient allocations make up the rest)."""
     at = f" (at {time(st.peak_at_ns - zero, unit)} {unit})"
     if st.per_microbatch_bytes is None or st.inflight_at_peak is None:

@@ -8,7 +8,7 @@ from html import escape
 
 from pipebubble.render.cells import Table, num, time
 from pipebubble.report import Report
-from pipebubble.report_requests import Requests
+from pipebubble.report.requests import Requests
 
 LATENCIES = (("ttft_ns", "TTFT (arrival → first token)"), ("queue_ns", "queue (arrival → scheduled)"),
              ("prefill_ns", "prefill"), ("tpot_ns", "TPOT ((e2e − TTFT) / (tokens − 1))"),

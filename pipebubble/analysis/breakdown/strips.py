@@ -28,7 +28,7 @@ import polars as pl
 from pipebubble.analysis.breakdown import part
 from pipebubble.analysis.breakdown import rows as by_lane
 from pipebubble.analysis.intervals import ENGINE, merge_each
-from pipebubble.report_strips import CLASSES, Strip, Strips, bin_edges
+from pipebubble.report.strips import CLASSES, Strip, Strips, bin_edges
 
 BINS = 240
 MAX_STEPS = 32

@@ -27,7 +27,7 @@ import polars as pl
 from pipebubble.analysis.comm.collectives import pid_of, rank_of
 from pipebubble.analysis.critical.part import MERGE_GAP_NS, CriticalPart
 from pipebubble.analysis.pipeline.report import stacked
-from pipebubble.report_critical import CriticalPath, PathSegment, PathShare
+from pipebubble.report.critical import CriticalPath, PathSegment, PathShare
 
 KINDS = ("compute", "memory", "comm", "host", "waiting")
 #: Segments a step keeps (the longest, in time order); its composition counts every one.

@@ -1,4 +1,4 @@
-"""Findings: a ranked diagnosis computed from a ``Report``, biggest worth first (``report_findings``).
+"""Findings: a ranked diagnosis computed from a ``Report``, biggest worth first (``report.findings``).
 
 Pure functions over an existing report (no I/O, no polars): each group of kinds has its module, each
 module's docstring says how its worths are computed (``pipeline``: replays and the steady-state bound;
@@ -18,7 +18,7 @@ from pipebubble.analysis.requests import findings as requests
 from pipebubble.analysis.rootcause import findings as late_rank_findings  # a module: it imports this package
 from pipebubble.analysis.rootcause.result import LateRank
 from pipebubble.report import Report
-from pipebubble.report_findings import KINDS, THRESHOLD, Finding
+from pipebubble.report.findings import KINDS, THRESHOLD, Finding
 
 GROUPS = (pipeline.findings, ranks.findings, gpu.findings, serving.findings, memory.findings,
           lambda r: requests.findings(r.requests))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipebubble.report import Breakdown, Report
-from pipebubble.report_findings import Finding, Where
+from pipebubble.report.findings import Finding, Where
 
 
 @dataclass(frozen=True)

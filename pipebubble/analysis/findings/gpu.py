@@ -18,7 +18,7 @@ import re
 
 from pipebubble.analysis.findings.common import Step, finding, gpu_step, gpus, mean, ms, step_rows
 from pipebubble.report import Breakdown, Host, Report
-from pipebubble.report_findings import Finding, Where
+from pipebubble.report.findings import Finding, Where
 
 SYNC_CALL = re.compile(r"synchron|\bsync\b", re.IGNORECASE)  # cudaStreamSynchronize, nsys "Stream sync"; not *Async
 

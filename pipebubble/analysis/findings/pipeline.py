@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pipebubble.analysis.findings.common import Step, finding, gpus, job_step, mean, ms
 from pipebubble.report import Pipeline, Recommendation, Report, Stage
-from pipebubble.report_findings import Finding, Where
+from pipebubble.report.findings import Finding, Where
 
 MICROBATCH_FACTOR = 4  # m below this many times p is "too few" (Megatron-LM advises m >> p)
 REPLAY_HOW = "replay of the current setup minus the replay of {change}, per step (its own gain alone)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pipebubble.analysis.findings.common import finding, gpus, job_step, ms
 from pipebubble.report import CollectiveRank, Collectives, Report
-from pipebubble.report_findings import Finding, Where
+from pipebubble.report.findings import Finding, Where
 
 
 def findings(report: Report) -> list[Finding]:

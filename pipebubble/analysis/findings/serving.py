@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pipebubble.analysis.findings.common import finding, gpus, ms
 from pipebubble.report import Interference, Report, StepClass
-from pipebubble.report_findings import Finding, Where
+from pipebubble.report.findings import Finding, Where
 
 ACTION = "cap the prompt tokens per step (chunked prefill to a token budget) or serve prefill apart (disaggregation)"
 

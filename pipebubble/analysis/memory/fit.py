@@ -11,7 +11,7 @@ from pipebubble.analysis.memory.predict import inflight_max, predicted_peak
 from pipebubble.analysis.schedule.schedules import SCHEDULES
 from pipebubble.errors import StageSpecError
 from pipebubble.report import Pipeline, Recommendation
-from pipebubble.report_memory import Memory, MemoryStage
+from pipebubble.report.memory import Memory, MemoryStage
 
 #: Micro-batch counts searched for the largest that fits.
 MAX_MICROBATCHES = 4096

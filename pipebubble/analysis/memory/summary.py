@@ -1,4 +1,4 @@
-"""Reduce: the files' memory parts as the report's ``memory`` section (``report_memory``), stages numbered as
+"""Reduce: the files' memory parts as the report's ``memory`` section (``report.memory``), stages numbered as
 the job's and times already on its clock (``alignment.shift`` moved them with the rest of each part)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pipebubble.analysis.memory.predict import inflight_max
 from pipebubble.analysis.pipeline.report import stacked
 from pipebubble.analysis.schedule.schedules import SCHEDULES
 from pipebubble.report import Pipeline
-from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep
+from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep
 
 
 def memory_report(parts: list[tuple[MemoryPart | None, list[str] | None, dict]], stage_names: list[str],

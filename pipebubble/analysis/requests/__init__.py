@@ -11,7 +11,7 @@ import polars as pl
 
 from pipebubble.analysis.requests.latency import percentiles, ttft_split, with_tpot, without_queue_p99
 from pipebubble.analysis.requests.tail import attribute
-from pipebubble.report_requests import RequestRow, Requests
+from pipebubble.report.requests import RequestRow, Requests
 
 KV_CACHE_NOTE = "KV-cache occupancy: no KV-cache events among the inputs"
 

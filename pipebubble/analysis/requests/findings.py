@@ -14,10 +14,10 @@ latency tail frees no GPU time.
 from __future__ import annotations
 
 from pipebubble.analysis.findings.common import finding, ms
-from pipebubble.report_findings import Finding, Where
-from pipebubble.report_requests import Requests
+from pipebubble.report.findings import Finding, Where
+from pipebubble.report.requests import Requests
 
-#: Kinds these findings have (to be listed in ``report_findings.KINDS``).
+#: Kinds these findings have (to be listed in ``report.findings.KINDS``).
 KINDS = ("queueing", "tail_interference")
 BEHIND = 2.0
 

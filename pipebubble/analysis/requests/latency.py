@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.report_requests import Quantiles, Split
+from pipebubble.report.requests import Quantiles, Split
 
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 

@@ -20,7 +20,7 @@ import polars as pl
 
 from pipebubble.analysis.requests.latency import percentiles
 from pipebubble.analysis.serving.steps_llm import timed
-from pipebubble.report_requests import Group, Steps
+from pipebubble.report.requests import Group, Steps
 
 _PROMPT = ("prefill", "mixed")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pipebubble.analysis.findings.common import finding, ms
 from pipebubble.analysis.rootcause.result import LateRank
-from pipebubble.report_findings import Finding, Where
+from pipebubble.report.findings import Finding, Where
 
 #: cause -> (what the title says, what to do); ``{who}`` is the rank.
 WORDS = {

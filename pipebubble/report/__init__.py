@@ -15,12 +15,12 @@ from typing import Any, get_args, get_origin, get_type_hints
 import msgspec
 
 from pipebubble.errors import PipebubbleError
-from pipebubble.report_critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
-from pipebubble.report_findings import Finding, Where  # noqa: F401 (the report's)
-from pipebubble.report_memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
-from pipebubble.report_requests import RequestRow, Requests  # noqa: F401 (the report's)
-from pipebubble.report_serving import Episode, Interference, StepClass, ms4
-from pipebubble.report_strips import Strip, Strips  # noqa: F401 (the report's)
+from pipebubble.report.critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
+from pipebubble.report.findings import Finding, Where  # noqa: F401 (the report's)
+from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
+from pipebubble.report.requests import RequestRow, Requests  # noqa: F401 (the report's)
+from pipebubble.report.serving import Episode, Interference, StepClass, ms4
+from pipebubble.report.strips import Strip, Strips  # noqa: F401 (the report's)
 
 __all__ = ["Episode", "Interference", "StepClass", "ms4"]  # the serving part, re-exported: one place to import
 
