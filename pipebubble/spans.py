@@ -29,6 +29,9 @@ Kind = pl.Enum(list(KINDS))
 #: clock's zero: epoch nanoseconds fit with a century to spare). Readers skip events beyond it, so the
 #: difference of any two times (a window, a gap, a duration) is below 2**63 and cannot overflow int64.
 TIME_LIMIT_NS = 2**62
+#: A whole number fits Int32 when -INT32 <= it < INT32, and Int64 likewise: what readers check before
+#: a value from a trace becomes a column of that type.
+INT32, INT64 = 2**31, 2**63
 
 #: Kinds that occupy a GPU engine: their union is a device lane's busy time.
 GPU_WORK = ("kernel", "memcpy", "memset", "comm")

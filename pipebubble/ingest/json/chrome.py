@@ -45,7 +45,6 @@ _NOT_SPANS = {
     "P": "sample",
     "<not an object>": "not_an_event",
 }
-_INT32 = 2**31
 
 
 def read(
@@ -209,7 +208,7 @@ def _rank(header: dict, path: Path, position: int) -> tuple[int, str | None]:
     if match is None:
         return position, None
     digits = match.group(1).lstrip("0") or "0"
-    if len(digits) <= 10 and int(digits) < _INT32:
+    if len(digits) <= 10 and int(digits) < spans.INT32:
         return int(digits), None
     return position, f"{path}: rank in the file name does not fit Int32; using the file's position {position}"
 
@@ -224,7 +223,7 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
     """Every phase that never becomes a span, counted by what it is."""
     skipped: Counter[str] = Counter()
     for ph, n in phases.items():
-        if ph not in ("X", "B", "E", "b", "e", MEMORY_PHASE):
+        if ph not in ("X", *PAIRED_PHASES, MEMORY_PHASE):
             skipped[_NOT_SPANS.get(ph, f"phase {ph!r}")] += n
     return skipped
 

@@ -15,12 +15,11 @@ from typing import Any
 
 import polars as pl
 
-from pipebubble.spans import TIME_LIMIT_NS
+from pipebubble.spans import INT64, TIME_LIMIT_NS
 
 # Floats below 2**43 µs still resolve 1 ns; at or above (absolute epoch µs with a fraction) the text is read.
 _EXACT_FLOAT_US = 2.0**43
 _LIMIT_US = TIME_LIMIT_NS / 1000
-_INT64 = 2**63
 #: An allocator event's columns (null on every other event) and the argument of its ``[memory]`` event each
 #: holds, as both decode paths name it.
 MEMORY_FIELDS = {"mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved", "mem_type": "type",
@@ -180,12 +179,12 @@ def _stable_id(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else _TOO_BIG
+        return value if -INT64 <= value < INT64 else _TOO_BIG
     text = str(value)
     digits = text[1:] if text[:1] == "-" else text
     if digits.isascii() and digits.isdigit():
         if len(digits) > 19:
             return _TOO_BIG
         number = int(text)
-        return number if -_INT64 <= number < _INT64 else _TOO_BIG
+        return number if -INT64 <= number < INT64 else _TOO_BIG
     return -(zlib.crc32(text.encode()) + 1)  # negative: never collides with a real OS pid

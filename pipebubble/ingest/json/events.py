@@ -22,10 +22,9 @@ import polars as pl
 
 from pipebubble.ingest.json import mend
 from pipebubble.ingest.json.columns import MEMORY_FIELDS, build_frame, build_plan, exact_ts
+from pipebubble.spans import INT64
 
 __all__ = ["COLUMNS", "KEPT_PHASES", "BlockError", "BlockEvents", "build_frame", "decode_block", "exact_ts"]
-
-_INT64 = 2**63
 
 COLUMNS = {
     "ph": pl.String,
@@ -274,6 +273,6 @@ def _id_text(value: Any) -> str | None:
     """An async event's id as text: strings as they are, ints that fit int64 in decimal, else null."""
     if isinstance(value, str):
         return value
-    if isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64:
+    if isinstance(value, int) and not isinstance(value, bool) and -INT64 <= value < INT64:
         return str(value)
     return None

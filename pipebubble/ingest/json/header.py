@@ -17,10 +17,8 @@ import msgspec
 
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest.json import mend
-from pipebubble.spans import TIME_LIMIT_NS
+from pipebubble.spans import INT32, INT64, TIME_LIMIT_NS
 
-_INT32 = 2**31
-_INT64 = 2**63
 _MAX_DEPTH = 16
 _MAX_TEXT = 4000  # decimal digits of an int turned into text (Python's own limit is 4300)
 
@@ -33,8 +31,8 @@ def header_dict(path: Path, head: Any) -> tuple[dict[str, Any], list[str]]:
     base = _whole(path, _value(path, head.baseTimeNanoseconds, "baseTimeNanoseconds", warnings), warnings)
     fields = {
         "base_time_ns": _checked_int(path, base, "baseTimeNanoseconds", TIME_LIMIT_NS),
-        "rank": _checked_int(path, info.get("rank"), "distributedInfo.rank", _INT32),
-        "world_size": _checked_int(path, info.get("world_size"), "distributedInfo.world_size", _INT32),
+        "rank": _checked_int(path, info.get("rank"), "distributedInfo.rank", INT32),
+        "world_size": _checked_int(path, info.get("world_size"), "distributedInfo.world_size", INT32),
         "backend": _storable(path, info.get("backend"), "distributedInfo.backend", warnings),
         "pg_config": _storable(path, info.get("pg_config"), "distributedInfo.pg_config", warnings),
         "gpu_memory_bytes": _gpu_memory(_value(path, head.deviceProperties, "deviceProperties", warnings)),
@@ -52,7 +50,7 @@ def _gpu_memory(devices: Any) -> dict[int, int]:
     for d in devices:
         if isinstance(d, dict):
             gid, size = d.get("id"), d.get("totalGlobalMem")
-            if type(gid) is int and 0 <= gid < _INT32 and type(size) is int and 0 < size < _INT64:
+            if type(gid) is int and 0 <= gid < INT32 and type(size) is int and 0 < size < INT64:
                 out[gid] = size
     return out
 
@@ -118,7 +116,7 @@ def _clean(value: Any, depth: int, changed: list[str]) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, (float, str)):
         return value
     if isinstance(value, int):
-        if -_INT64 <= value < _INT64:
+        if -INT64 <= value < INT64:
             return value
         changed.append("ints beyond int64 as text")
         return str(value) if value.bit_length() < _MAX_TEXT * 3 else None

@@ -37,7 +37,6 @@ CATEGORY_KINDS = {
 #: Kinds whose events sit on a GPU (pid = device, tid = stream).
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync_gpu")
 HOST_SYNC = r"(?i)synchronize"
-_INT32 = 2**31
 #: Below this many complete events, a block's kinds and lanes are worked out row by row rather than once per
 #: distinct category, name, pid and tid (measured: a join of them costs about as much at 4,000 rows).
 _PER_ROW = 4096
@@ -126,7 +125,8 @@ def _allocator_events(
         pl.when(pl.col("mem_device") == -1).then(pl.lit("cpu")).otherwise(pl.lit("cuda"))).otherwise(kind)
     rows = rows.with_columns(device_type=kind)
     gpu = pl.col("device_type") != "cpu"
-    bad_device = gpu & (pl.col("mem_device").is_null() | (pl.col("mem_device") < 0) | (pl.col("mem_device") >= _INT32))
+    device = pl.col("mem_device")
+    bad_device = gpu & (device.is_null() | (device < 0) | (device >= spans.INT32))
     reason = pl.coalesce(
         "skip",
         pl.when(pl.col("ts_ns").is_null()).then(pl.lit("bad_time")),
@@ -239,7 +239,7 @@ def _reason() -> pl.Expr:
 
 def _off_device() -> pl.Expr:
     """A GPU event whose pid (its device) does not fit Int32."""
-    return pl.col("on_device") & ((pl.col("pid") < -_INT32) | (pl.col("pid") >= _INT32)).fill_null(False)
+    return pl.col("on_device") & ((pl.col("pid") < -spans.INT32) | (pl.col("pid") >= spans.INT32)).fill_null(False)
 
 
 def _on_gpu() -> list[pl.Expr]:
