@@ -62,6 +62,17 @@ def test_ranks_profiler_lines_run_together_are_all_chatter_and_so_are_their_newl
     assert chatter == [line + b"\n" for line in starts]
 
 
+def test_a_ranks_line_written_between_a_profiler_line_and_its_newline_is_the_programs():
+    # Rank 1's traceback lands after rank 0's Kineto line but before that line's newline.
+    line = CHATTER[1].rstrip(b"\n")
+    out, chatter = run([line, b"Traceback (most recent call last):\n", b"  File \"rank.py\"\n", b"\n"])
+    assert out == b"Traceback (most recent call last):\n  File \"rank.py\"\n" and chatter == [CHATTER[1]]
+    # its newline still coming first is the usual case, and a header alone may still have its message to come
+    assert run([line, b"\n", b"epoch 1\n"]) == (b"epoch 1\n", [CHATTER[1]])
+    header = line[: line.index(b"] ") + 2]
+    assert run([header, line[len(header):] + b"\n"]) == (b"", [CHATTER[1]])
+
+
 def test_chatter_written_in_pieces_is_still_caught():
     line = CHATTER[0]
     assert run([line[:2], line[2:30], line[30:]]) == (b"", [line])

@@ -57,6 +57,11 @@ class LineFilter:
 
     def feed(self, data: bytes) -> tuple[bytes, list[bytes]]:
         out, chatter = bytearray(), []
+        if self.held and not data.startswith((b"\n", b"\r\n")) and _whole_message(self.held):
+            # Kineto writes its line and the newline apart: a held profiler line followed by anything but its
+            # newline ended with its write, and another writer (a rank sharing the stream) wrote next.
+            chatter.append(self.held + b"\n")
+            self.held, self.owed = b"", self.owed + 1
         buf, self.held = self.held + data, b""
         at = 0
         if not (self.warning_source or self.owed) and b"Warning: " not in buf and _INSIDE.search(buf) is None:
@@ -119,6 +124,12 @@ class LineFilter:
             return True
         self.warning_source = bool(_PYWARN.match(line))
         return is_chatter(line)
+
+
+def _whole_message(partial: bytes) -> bool:
+    """Whether a partial line is a Kineto line with its message written: the header and some text after it."""
+    header = _KINETO.match(partial)
+    return header is not None and header.end() < len(partial)
 
 
 def _may_be_chatter(partial: bytes, inside_line: bool = False) -> bool:
