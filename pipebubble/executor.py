@@ -233,8 +233,8 @@ def pool(workers: int) -> Iterator[ProcessPoolExecutor]:
         _stop_resource_tracker()
 
 
-#: Modules the fork server loads before it forks any worker: polars and the map (pipebubble._forkserver).
-PRELOAD = ["pipebubble._forkserver"]
+#: Modules the fork server loads before it forks any worker: polars and the map (pipebubble.run._forkserver).
+PRELOAD = ["pipebubble.run._forkserver"]
 _ours: list[bool] = [False]  # whether the fork server running is the one ``warm`` started
 
 

@@ -66,12 +66,12 @@ def test_every_cli_analysis_flag_is_a_setting():
 
 def test_the_api_reads_the_cache_the_cli_filled(monkeypatch, tmp_path):
     cli_json(str(ONE_F_ONE_B))
-    from pipebubble import mapreduce
+    import pipebubble.run
     from pipebubble.ingest.cache import entries
 
     entries.code_identity.cache_clear()  # the package's files as the CLI just saw them, edited since or not
 
-    monkeypatch.setattr(mapreduce, "execute", lambda *a, **k: pytest.fail("the report was computed again"))
+    monkeypatch.setattr(pipebubble.run, "execute", lambda *a, **k: pytest.fail("the report was computed again"))
     assert pb.analyze(ONE_F_ONE_B).pipeline.bubble_fraction > 0
 
 

@@ -22,12 +22,12 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_internal_error_is_exit_3_with_one_line(capsys, monkeypatch):
-    import pipebubble.mapreduce
+    import pipebubble.run
 
     def boom(*args, **kwargs):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(pipebubble.mapreduce, "execute", boom)
+    monkeypatch.setattr(pipebubble.run, "execute", boom)
     monkeypatch.delenv("PIPEBUBBLE_DEBUG", raising=False)
     code, out, err = run(capsys, "analyze", str(SAMPLE), "--no-cache")
     assert code == 3
@@ -36,12 +36,12 @@ def test_internal_error_is_exit_3_with_one_line(capsys, monkeypatch):
 
 
 def test_debug_shows_the_traceback(capsys, monkeypatch):
-    import pipebubble.mapreduce
+    import pipebubble.run
 
     def boom(*args, **kwargs):
         raise RuntimeError("broke")
 
-    monkeypatch.setattr(pipebubble.mapreduce, "execute", boom)
+    monkeypatch.setattr(pipebubble.run, "execute", boom)
     monkeypatch.delenv("PIPEBUBBLE_DEBUG", raising=False)
     code, _, err = run(capsys, "--debug", "analyze", str(SAMPLE), "--no-cache")
     assert code == 3 and "Traceback" in err and "RuntimeError: broke" in err

@@ -15,9 +15,10 @@ import shapes
 import synth
 from conftest import SHARED_TRACES
 
-from pipebubble import executor, mapreduce, wire
+from pipebubble import executor
 from pipebubble.ingest import find_traces, read_file
 from pipebubble.options import Options, Scale
+from pipebubble.run import mapper, reducer, wire
 
 
 def reports(paths: list[Path], options: Options = Options()) -> tuple[dict, dict]:
@@ -25,11 +26,11 @@ def reports(paths: list[Path], options: Options = Options()) -> tuple[dict, dict
     files = find_traces(paths)
     options = replace(options, files=len(files))
     results = [read_file(f, i, use_cache=False) for i, f in enumerate(files)]
-    alone = mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options)
-    together = mapreduce.map_together(results, options)
+    alone = reducer.reduce([mapper.map_spans(r, options) for r in results], options)
+    together = mapper.map_together(results, options)
     # Through the bytes a worker sends, as in a run.
     together = wire.decode(wire.encode(together))
-    return alone.to_dict(), mapreduce.reduce(together, options).to_dict()
+    return alone.to_dict(), reducer.reduce(together, options).to_dict()
 
 
 def assert_same(paths: list[Path], options: Options = Options()) -> dict:
@@ -80,8 +81,8 @@ def test_a_rank_twice_and_an_empty_file_are_mapped_alone(tmp_path):
     files = find_traces([twice])
     options = Options(files=len(files))
     results = [read_file(f, i, use_cache=False) for i, f in enumerate(files)]
-    assert [mapreduce._only_rank(r) for r in results] == [1, None, 0, 1, 2]
-    parts = mapreduce.map_together(results, options)
+    assert [mapper._only_rank(r) for r in results] == [1, None, 0, 1, 2]
+    parts = mapper.map_together(results, options)
     lanes = [p.lanes["rank"].unique().to_list() for p in parts]
     assert lanes == [[1], [], [0], [1], [2]]  # every file's own lanes, the rank twice included
     assert_same([twice])
@@ -97,10 +98,10 @@ def test_files_sharing_a_lane_name_are_mapped_alone(tmp_path):
     results = [read_file(f, i, use_cache=False) for i, f in enumerate(files)]
     renamed = [with_(r, spans=r.spans.with_columns(pl.col("lane").str.replace(r"^rank\d+/", ""))) for r in results]
     assert set(renamed[0].spans["lane"]) & set(renamed[1].spans["lane"])  # the same names in both
-    together = mapreduce.reduce(mapreduce.map_together(renamed, options), options)
-    alone = mapreduce.reduce([mapreduce.map_spans(r, options) for r in renamed], options)
+    together = reducer.reduce(mapper.map_together(renamed, options), options)
+    alone = reducer.reduce([mapper.map_spans(r, options) for r in renamed], options)
     assert together.to_dict() == alone.to_dict()
-    assert len(together.lanes) == sum(mapreduce.map_spans(r, options).lanes.height for r in renamed)
+    assert len(together.lanes) == sum(mapper.map_spans(r, options).lanes.height for r in renamed)
 
 
 def test_a_spilled_file_is_mapped_alone(tmp_path, monkeypatch):
@@ -112,9 +113,9 @@ def test_a_spilled_file_is_mapped_alone(tmp_path, monkeypatch):
     monkeypatch.delenv("PIPEBUBBLE_SPILL_BYTES")
     assert spilled.meta.get("spill")
     plain = read_file(files[1], 1, use_cache=False)
-    assert mapreduce._only_rank(spilled) is None
-    together = mapreduce.reduce(mapreduce.map_together([spilled, plain], options), options)
-    alone = mapreduce.reduce([mapreduce.map_spans(r, options) for r in (spilled, plain)], options)
+    assert mapper._only_rank(spilled) is None
+    together = reducer.reduce(mapper.map_together([spilled, plain], options), options)
+    alone = reducer.reduce([mapper.map_spans(r, options) for r in (spilled, plain)], options)
     assert together.to_dict() == alone.to_dict()
 
 
@@ -123,11 +124,11 @@ def test_the_summaries_go_with_the_first_file_only(tmp_path):
     files = find_traces([folder])
     options = Options(files=len(files))
     results = [read_file(f, i, use_cache=False) for i, f in enumerate(files)]
-    parts = mapreduce.map_together(results, options)
+    parts = mapper.map_together(results, options)
     assert parts[0].gpu.ops.height and all(p.gpu.ops.is_empty() and p.gpu.delay["count"] == 0 for p in parts[1:])
     assert [sorted({r.rank for r in p.gpu.rows}) for p in parts] == [[0], [1], [2]]
     assert sum(p.comm.calls.height for p in parts) == pl.concat(
-        [mapreduce.map_spans(r, options).comm.calls for r in results]
+        [mapper.map_spans(r, options).comm.calls for r in results]
     ).height
 
 

@@ -8,9 +8,9 @@ import os
 
 import shapes
 
-from pipebubble import executor, wire
+from pipebubble import executor
 from pipebubble.options import Scale
-from pipebubble.run import run
+from pipebubble.run import run, wire
 
 
 def made(path: str, position: int, workers: int = 1) -> tuple[int, int]:

@@ -14,7 +14,6 @@ from conftest import shared
 from p2p_shapes import MS, gpipe_p2p
 from shapes import all_to_all
 
-from pipebubble import mapreduce, wire
 from pipebubble.analysis.comm import p2p as pp
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.pipeline.report import combine
@@ -22,7 +21,7 @@ from pipebubble.ingest import read_file
 from pipebubble.options import Options, Scale
 from pipebubble.render import render
 from pipebubble.report import Report
-from pipebubble.run import run
+from pipebubble.run import mapper, run, wire
 
 US = 1_000
 
@@ -31,10 +30,10 @@ def analyse(folder) -> Report:
     return run([folder], Options(), Scale(use_cache=False))
 
 
-def parts_of(folder) -> list[mapreduce.FilePart]:
+def parts_of(folder) -> list[mapper.FilePart]:
     files = sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
     options = replace(Options(), files=len(files))
-    return [mapreduce.map_spans(read_file(f, i, False), options) for i, f in enumerate(files)]
+    return [mapper.map_spans(read_file(f, i, False), options) for i, f in enumerate(files)]
 
 
 def job_pairs(folder) -> tuple[pl.DataFrame, dict[str, int]]:
@@ -151,7 +150,7 @@ def test_map_together_splits_the_operations_by_rank(tmp_path):
     folder = two_stages(tmp_path)
     files = sorted(folder.glob("*.json"))
     options = replace(Options(), files=len(files))
-    together = mapreduce.map_together([read_file(f, i, False) for i, f in enumerate(files)], options)
+    together = mapper.map_together([read_file(f, i, False) for i, f in enumerate(files)], options)
     alone = parts_of(folder)
     for a, b in zip(together, alone, strict=True):
         assert a.comm.p2p.sort("start").equals(b.comm.p2p.sort("start"))

@@ -19,9 +19,10 @@ import polars as pl
 import pytest
 import synth
 
-from pipebubble import executor, mapreduce
+from pipebubble import executor
 from pipebubble.ingest import find_traces, read_file
 from pipebubble.options import Options
+from pipebubble.run import mapper, reducer
 
 #: A 64-stage job's analysis (map in a one-worker run's two batches, then the reduce) issues fewer queries
 #: than this: 678, some 170 each batch whatever its files (each map analysis a few lazy plans, its
@@ -87,9 +88,9 @@ def analysed(results: list, batches: list[list[int]]) -> tuple[int, dict]:
     with counting() as count:
         parts: list = [None] * len(results)
         for batch in batches:
-            for k, part in zip(batch, mapreduce.map_together([results[k] for k in batch], options), strict=True):
+            for k, part in zip(batch, mapper.map_together([results[k] for k in batch], options), strict=True):
                 parts[k] = part
-        report = mapreduce.reduce(parts, options)
+        report = reducer.reduce(parts, options)
     return count[0], report.to_dict()
 
 
@@ -118,8 +119,8 @@ def test_the_count_does_not_grow_with_the_stages(tmp_path):
 
 def parts_alone_and_together(results: list, options: Options = Options()) -> tuple[list, list]:
     options = replace(options, files=len(results))
-    alone = [mapreduce.map_spans(r, options) for r in results]
-    return alone, mapreduce.map_together(results, options)
+    alone = [mapper.map_spans(r, options) for r in results]
+    return alone, mapper.map_together(results, options)
 
 
 def same_stage_parts(alone: list, together: list) -> None:
@@ -189,6 +190,6 @@ def test_a_rank_of_two_gpus_is_mapped_alone(tmp_path):
 def test_the_report_of_a_batch_is_the_report_of_its_files_alone(tmp_path):
     results = write(tmp_path, spin_before_forward=2_000)
     options = Options(files=len(results))
-    alone = mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options).to_dict()
-    together = mapreduce.reduce(mapreduce.map_together(results, options), options).to_dict()
+    alone = reducer.reduce([mapper.map_spans(r, options) for r in results], options).to_dict()
+    together = reducer.reduce(mapper.map_together(results, options), options).to_dict()
     assert json.dumps(together, sort_keys=True) == json.dumps(alone, sort_keys=True)

@@ -1,4 +1,4 @@
-"""Reading a batch of small files at once (``ingest.read_files``, what ``mapreduce.map_files`` reads with):
+"""Reading a batch of small files at once (``ingest.read_files``, what ``run.mapper.map_files`` reads with):
 each file's result is exactly what ``read_file`` gives it alone (spans, dtypes and row order, allocator
 events, meta, warnings, skipped counts), whatever else is in the batch; cached files come from the cache and
 the others are cached as they are read; a file that cannot be read fails the batch with its own one-line

@@ -1,10 +1,10 @@
-"""The reduce pauses Python's cycle collector and leaves it as it found it (``mapreduce._collector_paused``)."""
+"""The reduce pauses Python's cycle collector and leaves it as it found it (``reducer._collector_paused``)."""
 
 import gc
 
 import pytest
 
-from pipebubble.mapreduce import _collector_paused
+from pipebubble.run.reducer import _collector_paused
 
 
 @pytest.mark.parametrize("on", [True, False])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from synth import simulate, write_pipeline
 
-from pipebubble import ingest, wire
-from pipebubble.mapreduce import map_spans
+from pipebubble import ingest
 from pipebubble.options import Options, Scale
-from pipebubble.run import run
+from pipebubble.run import run, wire
+from pipebubble.run.mapper import map_spans
 
 
 @pytest.fixture(scope="module")

@@ -5,5 +5,5 @@ The per-file analyses (lanes, stage part, serving steps) share one signature,
 ``analysis.registry.ANALYSES`` (kept in its own module so that importing a polars-free analysis, such as
 ``schedules`` or ``whatif``, does not load them all). The reduce side (``pipeline.report.reduce_stages``)
 takes their parts. Layering: analyses import ``spans``, ``options``, ``errors`` and ``report`` (the result
-dataclasses), never ``render``, ``cli``, ``run`` or ``mapreduce``.
+dataclasses), never ``render``, ``cli`` or ``run``.
 """

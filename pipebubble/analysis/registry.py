@@ -1,4 +1,4 @@
-"""The per-file analyses (the map side of ``mapreduce``), registered under one signature.
+"""The per-file analyses (the map side of ``run.mapper``), registered under one signature.
 
 Each is ``f(spans, options, meta=None) -> part``: ``spans`` one file's span table (any subset of a job's
 spans, possibly empty), ``options`` the job's ``Options`` and ``meta`` what the file says about the job
@@ -151,7 +151,7 @@ def breakdown_with(spans: pl.DataFrame, options: Options, given: GpuInputs | Non
     return gpu_part(spans, options.serving.step_regex, alone=options.files == 1, given=given)
 
 
-#: name -> analysis, in the order ``mapreduce.map_spans`` runs them.
+#: name -> analysis, in the order ``run.mapper.map_spans`` runs them.
 ANALYSES: dict[str, Callable[..., Any]] = {
     "lanes": lanes_part,
     "stages": stages_part,

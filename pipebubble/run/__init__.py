@@ -6,6 +6,10 @@ the traces and options are unchanged, and otherwise maps each file (in this proc
 Ray: ``Scale``) and reduces the parts. A saved JSON report (``analyze --format json -o``) is read back as
 the Report it was. ``with_spans`` gives the export the report and the span table from one read, on the
 same clock.
+
+The room: ``mapper`` (one file to its part, wherever it runs), ``wire`` (a part as bytes between processes),
+``reducer`` (the parts to the report, here), ``alignment`` (the reduce's first step: every file on one clock)
+and ``_forkserver`` (what the pool's fork server loads before it forks a worker).
 """
 
 from __future__ import annotations
@@ -48,12 +52,28 @@ def _run(paths: list[Path], options: Options, scale: Scale, on_file: OnFile | No
     from pipebubble import executor
 
     executor.one_thread_each(len(files), scale)
-    from pipebubble import mapreduce
-
-    report = mapreduce.execute(files, replace(options, files=len(files)), scale, on_file)
+    report = execute(files, replace(options, files=len(files)), scale, on_file)
     if key is not None:
         cache.put_report(key, report.to_dict())
     return report
+
+
+def execute(files: list[Path], options: Options, scale: Scale, on_file: OnFile | None = None) -> Report:
+    """Map every trace file on ``scale``'s executor, then reduce here. The parts other processes map cross
+    as bytes (``wire``); those mapped here are taken as they are."""
+    from pipebubble import executor
+    from pipebubble.ingest import cache
+    from pipebubble.run import wire
+    from pipebubble.run.mapper import map_file, map_files
+    from pipebubble.run.reducer import reduce
+
+    cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
+    jobs = [(str(f), i) for i, f in enumerate(files)]
+    parts = executor.each(
+        jobs, map_file, scale, on_file, batch=map_files, wire=(wire.encode, wire.decode), options=options,
+        use_cache=scale.use_cache
+    )
+    return reduce(parts, options)
 
 
 def _rebuilt(cached: dict | None) -> Report | None:
@@ -70,10 +90,11 @@ def _rebuilt(cached: dict | None) -> Report | None:
 def of_results(results: list[FileResult], options: Options = Options()) -> Report:
     """The report of files already read (e.g. span tables built in memory): the same map and reduce, in
     this process."""
-    from pipebubble import mapreduce
+    from pipebubble.run.mapper import map_spans
+    from pipebubble.run.reducer import reduce
 
     options = replace(options, files=len(results))
-    return mapreduce.reduce([mapreduce.map_spans(r, options) for r in results], options)
+    return reduce([map_spans(r, options) for r in results], options)
 
 
 def with_spans(

@@ -17,5 +17,5 @@ atexit.register(os._exit, 0)  # run first, at the server's exit (its workers lea
 import pipebubble.executor  # noqa: E402, F401 - the call that runs its units (and the pool worker's loop)
 import pipebubble.ingest.json.chrome  # noqa: E402, F401 - the reader of Kineto (Chrome JSON) traces
 import pipebubble.ingest.json.trace  # noqa: E402, F401 - a big file's blocks
-import pipebubble.mapreduce  # noqa: E402, F401 - the map of rank files
-import pipebubble.wire  # noqa: E402, F401 - their parts' way back
+import pipebubble.run.mapper  # noqa: E402, F401 - the map of rank files
+import pipebubble.run.wire  # noqa: E402, F401 - their parts' way back

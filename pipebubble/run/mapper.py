@@ -1,34 +1,27 @@
-"""The analysis as map and reduce, so the same functions run in this process, in a local process pool or on
-a Ray cluster.
+"""The map: one trace file, where it lies (this process, a pool worker or a Ray task), to its part.
 
-Map (one trace file, where it lies): read it (through the span cache), then reduce it to what the report
-needs from it: its lanes' busy/idle, its stages' labelled work and merged host activity, its serving steps.
-Parts mapped in another process (a pool worker, a Ray task) travel as Arrow IPC tables in a msgpack
-envelope (``wire``), never as Python objects; one mapped in this process is reduced as it is. Reduce:
-number the stages across files, then the pipeline metrics, waits and timeline over the parts (pure, in
-this process).
+Read the file (through the span cache), then reduce it to what the report needs from it: its lanes'
+busy/idle, its stages' labelled work and merged host activity, its serving steps, its collectives, its GPU
+time, memory, timeline strips, critical-path part and requests. Parts mapped in another process travel as
+Arrow IPC tables in a msgpack envelope (``wire``), never as Python objects; one mapped in this process is
+reduced as it is (``reducer``).
 """
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
-from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.breakdown.part import inputs as gpu_inputs
-from pipebubble.analysis.breakdown.strips import empty_bins, job_strips, strip_bins
-from pipebubble.analysis.critical import CriticalPart, critical_part, median_path
+from pipebubble.analysis.breakdown.strips import empty_bins, strip_bins
+from pipebubble.analysis.critical import CriticalPart, critical_part
 from pipebubble.analysis.intervals import ENGINE
-from pipebubble.analysis.job import CommPart, reduce_job
-from pipebubble.analysis.lanes import sort_lanes
-from pipebubble.analysis.memory import MemoryPart, memory_part, memory_report
+from pipebubble.analysis.job import CommPart
+from pipebubble.analysis.memory import MemoryPart, memory_part
 from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.registry import (
     breakdown_with,
@@ -39,20 +32,10 @@ from pipebubble.analysis.registry import (
     stages_part,
     stages_parts,
 )
-from pipebubble.analysis.requests import summarize as summarize_requests
 from pipebubble.analysis.requests.part import RequestsPart, has_request_events, requests_part
 from pipebubble.ingest.base import FileResult
-from pipebubble.options import Options, Scale
-from pipebubble.report import (
-    CriticalPath,
-    IngestSummary,
-    Interference,
-    Lane,
-    Report,
-    Requests,
-    Segment,
-    Strips,
-)
+from pipebubble.options import Options
+from pipebubble.report import Interference, Segment
 
 
 @dataclass(frozen=True)
@@ -299,151 +282,3 @@ def map_files(jobs: list[tuple[str, int]], options: Options, use_cache: bool = T
     from pipebubble.ingest import read_files
 
     return map_together(read_files(jobs, use_cache), options)
-
-
-def reduce(parts: list[FilePart], options: Options) -> Report:
-    """Reduce: the whole report from the files' parts (pure), with the cycle collector paused
-    (``_collector_paused``)."""
-    with _collector_paused():
-        return _reduced(parts, options)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while the reduce runs, on again after if it was on. The reduce makes
-    some 10^5 small objects that hold no cycles (schedule actions, segments, rows: freed as they are
-    dropped), and each collection it set off walked them and every part held, an eighth of the reduce's
-    time at 64 stages."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
-
-
-def _reduced(parts: list[FilePart], options: Options) -> Report:
-    """The whole report from the files' parts (``reduce``)."""
-    from pipebubble.alignment import aligned
-    from pipebubble.analysis.findings import findings  # the reduce's alone: not loaded by a worker
-    from pipebubble.analysis.memory.fit import with_memory
-    from pipebubble.errors import TraceFormatError
-
-    summary = summarize(parts)
-    if not summary.spans and not any(p.requests is not None for p in parts):
-        text = ", ".join(f"{k} {v}" for k, v in summary.skipped.items()) or "none"
-        raise TraceFormatError(
-            ", ".join(summary.files), f"nothing to analyse: no event became a span (not spans: {text})"
-        )
-    parts, clocks, clock_notes = aligned(parts, options)
-    summary = replace(summary, clock_offsets=clocks)
-    lanes = sort_lanes(pl.concat([p.lanes for p in parts], how="vertical_relaxed"))
-    job = reduce_job(
-        [p.stages for p in parts if p.stages is not None],
-        [p.comm for p in parts if p.comm is not None],
-        [p.file.meta for p in parts],
-        options.pipeline,
-        [p.critical for p in parts if p.critical is not None],
-    )
-    section = job.section
-    serving = max(parts, key=lambda p: (p.serving.steps or 0) if p.serving else 0)
-    memory = memory_report([(p.memory, p.stages.names if p.stages else None, p.file.meta) for p in parts],
-                           [s.name for s in sorted(section.stages, key=lambda s: s.stage)], section.pipeline)
-    pipeline = section.pipeline
-    if pipeline is not None:
-        pipeline = with_memory(pipeline, memory, options.pipeline.memory_limit)
-    unbinned = _unbinned(parts)
-    report = Report(
-        ingest=replace(summary, memory_events=memory.events if memory else 0),
-        lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
-        stages=section.stages,
-        pipeline=pipeline,
-        waits=job.waits,
-        interference=serving.serving,
-        timeline=section.timeline + serving.segments,
-        collectives=job.collectives,
-        notes=clock_notes + job.notes + unbinned,
-        breakdown=[row for p in parts if p.gpu is not None for row in p.gpu.rows],
-        kernels=bd.kernels([p.gpu for p in parts if p.gpu is not None]),
-        host=bd.host([p.gpu for p in parts if p.gpu is not None]),
-        memory=memory,
-        strips=_strips([p.strips for p in parts if p.strips is not None]),
-        critical_path=_with_median_segments(job.critical),
-        requests=_requests([p.requests for p in parts if p.requests is not None]),
-    )
-    late = None if unbinned else job.late  # a spilled rank not read whole has no arrivals' windows
-    return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=late))
-
-
-#: The note of a report some of whose traces were spilled and not read whole (``_map_spilled``).
-UNBINNED = ("per-GPU timeline, critical path and why a rank is late: not computed for {} trace(s) spilled to disk "
-            "(bigger than the memory budget; a late rank is named from the collectives alone)")
-
-
-def _unbinned(parts: list[FilePart]) -> list[str]:
-    """A note when spilled traces have no strips nor critical-path part (not read whole)."""
-    count = sum(1 for p in parts if p.file.meta.get("spill") and p.strips is None)
-    return [UNBINNED.format(count)] if count else []
-
-
-def _strips(frames: list[pl.DataFrame]) -> Strips | None:
-    """The job's timeline strips (one step per GPU), None without a GPU."""
-    bins = pl.concat(frames, how="vertical_relaxed") if frames else empty_bins()
-    return job_strips(bins) if bins.height else None
-
-
-def _requests(parts: list[RequestsPart]) -> Requests | None:
-    """The served requests of every file (OTLP, Jaeger or an engine's own events) with the engine steps and
-    KV-cache events found beside them, on the job's clock."""
-    if not parts:
-        return None
-    frames = {k: pl.concat([getattr(p, k) for p in parts], how="vertical_relaxed") for k in RequestsPart.FRAMES}
-    return summarize_requests(frames["requests"], frames["steps"], frames["kv"])
-
-
-def _with_median_segments(paths: list[CriticalPath]) -> list[CriticalPath]:
-    """Every step's path, the segments kept on the median step's only (the others' shares stay whole)."""
-    median = median_path(paths)
-    return [p if p is median else replace(p, segments=[]) for p in paths]
-
-
-def summarize(parts: list[FilePart]) -> IngestSummary:
-    skipped: Counter[str] = Counter()
-    for p in parts:
-        skipped.update(p.file.skipped)
-    return IngestSummary(
-        files=[p.file.source for p in parts],
-        events_read=sum(p.file.events_read for p in parts),
-        spans=sum(p.file.meta.get("spans", 0) for p in parts),
-        skipped=dict(sorted(skipped.items())),
-        # A warning every file repeats (the cache's, raised once in each worker) is reported once.
-        warnings=list(dict.fromkeys([w for p in parts for w in p.file.warnings] + _unaligned(parts))),
-        formats={p.file.source: p.file.format for p in parts},
-        unread_bytes=sum(p.file.meta.get("unread_bytes", 0) for p in parts),
-    )
-
-
-def _unaligned(parts: list[FilePart]) -> list[str]:
-    """Nsight reports of several that could not be put on UTC (``nsys.unaligned``; the Nsight reader is
-    loaded only for a job that has Nsight reports)."""
-    if not any(p.file.format == "nsys" for p in parts):
-        return []
-    from pipebubble.ingest.nsys import unaligned
-
-    return unaligned([p.file for p in parts])
-
-
-def execute(files: list[Path], options: Options, scale: Scale, on_file: Callable[[str], None] | None = None) -> Report:
-    """Map every trace file on ``scale``'s executor, then reduce here (``pipebubble.run`` is the way in). The
-    parts other processes map cross as bytes (``wire``); those mapped here are taken as they are."""
-    from pipebubble import executor, wire
-    from pipebubble.ingest import cache
-
-    cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
-    jobs = [(str(f), i) for i, f in enumerate(files)]
-    parts = executor.each(
-        jobs, map_file, scale, on_file, batch=map_files, wire=(wire.encode, wire.decode), options=options,
-        use_cache=scale.use_cache
-    )
-    return reduce(parts, options)

@@ -24,8 +24,8 @@ from pipebubble.analysis.memory import MemoryPart
 from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.requests.part import RequestsPart
 from pipebubble.ingest.base import FileResult
-from pipebubble.mapreduce import FilePart
 from pipebubble.report import Breakdown, Interference, Segment
+from pipebubble.run.mapper import FilePart
 
 Put = Callable[[str, pl.DataFrame], str]
 

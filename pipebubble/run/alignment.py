@@ -17,7 +17,7 @@ from pipebubble.options import Options
 from pipebubble.report import ClockOffset
 
 if TYPE_CHECKING:
-    from pipebubble.mapreduce import FilePart
+    from pipebubble.run.mapper import FilePart
 
 
 def aligned(parts: list[FilePart], options: Options) -> tuple[list[FilePart], list[ClockOffset], list[str]]:
