@@ -79,7 +79,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _parse(path: Path, table: dict[str, Any]) -> Config:
-    from pipebubble.gates import GATES, parse_threshold, parse_tolerance  # only a settings file loads the gates
+    from pipebubble.gates.specs import GATES, parse_threshold, parse_tolerance  # only a settings file loads them
 
     _known(path, "", table, {"check", "diff", "stages"})
     check = _keys(table.get("check", {}))

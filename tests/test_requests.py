@@ -9,9 +9,10 @@ import polars as pl
 import pytest
 from test_otlp import MS, write_vllm
 
-from pipebubble import gates, gates_requests, requests_table
+from pipebubble import gates, requests_table
 from pipebubble.analysis.requests import findings, summarize
 from pipebubble.analysis.serving.steps_llm import STEP_COLUMNS
+from pipebubble.gates import requests as request_gates
 from pipebubble.ingest import read_file
 from pipebubble.report.requests import JSON_KEYS, Requests
 
@@ -147,35 +148,27 @@ def test_steps_on_another_clock_are_not_joined():
 # --- gates ---
 
 
-@pytest.fixture
-def with_request_gates(monkeypatch):
-    """gates.py with the request gates added as gates_requests says to."""
-    specs = {k: gates.GateSpec(metric, "max", "ms", label=label) for k, (metric, label) in gates_requests.GATES.items()}
-    monkeypatch.setattr(gates, "GATES", {**gates.GATES, **specs})
-    monkeypatch.setattr(gates, "METRICS", {**gates.METRICS, **gates_requests.METRICS})
-
-
 @pytest.mark.parametrize("key, above, below", [("max_ttft_p99", "321ms", "0.33s"), ("max_tpot_p99", "58.9ms", "59.1"),
                                                ("max_queue_p99", "296ms", "296100us")])
-def test_gate_fails_above_the_p99_and_passes_below(section, with_request_gates, key, above, below):
+def test_gate_fails_above_the_p99_and_passes_below(section, key, above, below):
     report = {"requests": section[0].to_dict()}
     assert gates.check(report, {key: above}).gates[0].status == "fail"
     assert gates.check(report, {key: below}).gates[0].status == "pass"
 
 
-def test_gate_without_requests_skips(with_request_gates):
+def test_gate_without_requests_skips():
     gate = gates.check({"requests": None}, {"max_ttft_p99": "1s"}).gates[0]
     assert gate.status == "skip" and "no served requests" in gate.note
-    assert gates_requests.METRICS["tpot_p99"]({"requests": {"count": 1, "tpot_ns": None}})[0] is None
+    assert request_gates.METRICS["tpot_p99"]({"requests": {"count": 1, "tpot_ns": None}})[0] is None
 
 
 def test_diff_compares_percentiles(section):
     base = section[0].to_dict()
     slower = {**base, "ttft_ns": {k: v * 1.2 for k, v in base["ttft_ns"].items()}}
     unmatched: list[str] = []
-    pairs = gates_requests.percentile_pairs({"requests": base}, {"requests": slower}, unmatched)
+    pairs = request_gates.percentile_pairs({"requests": base}, {"requests": slower}, unmatched)
     deltas = {key: gates.judge(label, a, b, "ns", 0.05, scale=scale, key=key) for label, key, a, b, scale in pairs}
     assert len(deltas) == 12 and not unmatched
     assert deltas["requests.ttft_ns.p99"].status == "regressed" and deltas["requests.e2e_ns.p99"].status == "ok"
-    gates_requests.percentile_pairs({"requests": base}, {}, unmatched)
+    request_gates.percentile_pairs({"requests": base}, {}, unmatched)
     assert unmatched == ["requests only in the base report"]

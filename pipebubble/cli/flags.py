@@ -17,7 +17,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from pipebubble.options import EXECUTORS, STAGE_BY, Options, Scale, merge
-from pipebubble.render.formats import CSV_TABLES, TIME_UNITS
+from pipebubble.render.choices import CSV_TABLES, TIME_UNITS
 from pipebubble.render.formats import choices as format_choices
 
 PIPELINE = "Pipeline"
@@ -142,7 +142,7 @@ GateFormatOpt = Annotated[GateFormat, typer.Option(
 def thresholds(given: dict[str, str | None], config: Any) -> dict[str, float]:
     """The gates to run (``gates.thresholds``, worded as the flags); bad input is exit 2, one line."""
     from pipebubble.errors import PipebubbleError
-    from pipebubble.gates import thresholds as merged
+    from pipebubble.gates.specs import thresholds as merged
 
     try:
         return merged(given, config, lambda key: "--" + key.replace("_", "-"))
@@ -153,7 +153,7 @@ def thresholds(given: dict[str, str | None], config: Any) -> dict[str, float]:
 def tolerance(text: str | None, config: Any) -> float:
     """``--tolerance``, else the config file's, else 5%; refused (exit 2, one line) as ``thresholds`` are."""
     from pipebubble.errors import PipebubbleError
-    from pipebubble.gates import tolerance as allowed
+    from pipebubble.gates.specs import tolerance as allowed
 
     try:
         return allowed(text, config, "--tolerance")

@@ -1,10 +1,10 @@
 """CI gates over the report's ``requests`` section (a dict, so a saved report works as well as a fresh one).
 
-Shaped for ``gates.py``, which holds the machinery: ``GATES`` (flag key -> (metric, label); each a ``max`` gate
+Shaped for the room's machinery: ``GATES`` (flag key -> (metric, label); each a ``max`` gate
 in ``ms``, so ``500ms``, ``0.5s`` and a bare number of ms parse as the other time gates do), ``METRICS`` (metric
 -> a function of the report giving (value in ms, or None, and a note saying why)) and ``percentile_pairs``, what
 ``diff`` compares: each percentile of each latency in both reports (higher is worse). No pipebubble import, so
-``gates`` can import this module.
+``specs``, ``check`` and ``diff`` can each import this module.
 """
 
 from __future__ import annotations
