@@ -95,7 +95,7 @@ def test_a_partial_line_is_not_lost_at_the_end():
 
 
 def options(**kwargs):
-    from pipebubble.capture.runner import CaptureOptions
+    from pipebubble.capture.options import CaptureOptions
 
     return CaptureOptions(out=Path("out"), **kwargs)
 

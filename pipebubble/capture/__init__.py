@@ -13,6 +13,7 @@ from pipebubble.errors import CaptureError
 if importlib.util.find_spec("torch") is None:
     raise CaptureError("capture needs PyTorch, which is not installed: pip install 'pipebubble[capture]'")
 
-from pipebubble.capture.runner import CaptureOptions, CaptureResult, capture  # noqa: E402
+from pipebubble.capture.options import CaptureOptions  # noqa: E402
+from pipebubble.capture.runner import CaptureResult, capture  # noqa: E402
 
 __all__ = ["CaptureOptions", "CaptureResult", "capture"]

@@ -9,12 +9,9 @@ import sys
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from pipebubble.capture.options import CaptureOptions
 from pipebubble.errors import CaptureError
-
-if TYPE_CHECKING:
-    from pipebubble.capture.runner import CaptureOptions
 
 METADATA_NAME = "capture.json"
 SECRET_WORDS = re.compile(r"key|token|password|passwd|secret", re.IGNORECASE)

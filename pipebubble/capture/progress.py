@@ -11,12 +11,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipebubble.capture.metadata import portable
-
-if TYPE_CHECKING:
-    from pipebubble.capture.runner import CaptureOptions
+from pipebubble.capture.options import CaptureOptions
 
 PROGRESS_PATTERN = ".rank*.progress.json"
 PHASES = ("started", "recording", "writing", "written")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipebubble.capture import child
 from pipebubble.capture.metadata import METADATA_NAME, build_metadata, write_metadata
+from pipebubble.capture.options import MODES, CaptureOptions
 from pipebubble.capture.progress import PROGRESS_PATTERN, Watcher
 from pipebubble.capture.relay import LOG_NAME, Relay
 from pipebubble.errors import CaptureError
@@ -28,7 +29,6 @@ CONFIG_ENV = "PIPEBUBBLE_CAPTURE"
 OWNER_ENV = "PIPEBUBBLE_CAPTURE_OWNER"
 # "PID" or "PID:launcher": the capture process that started this one (see inject/_pipebubble_parent.py).
 PARENT_ENV = "PIPEBUBBLE_CAPTURE_PARENT"
-MODES = ("steps", "run")
 TRACE_PATTERN = "rank*.pt.trace.json.gz"
 STATUS_PATTERN = ".rank*.status.json"
 # What a rank leaves behind only when it dies mid-write: a trace being exported, a status being written.
@@ -44,18 +44,6 @@ _PROBLEMS = {
     "partial": "rank {rank}: {detail}; the trace holds fewer steps than --active asked for",
     "flush_failed": "rank {rank}: writing the trace failed: {detail}",
 }
-
-
-@dataclass(frozen=True)
-class CaptureOptions:
-    out: Path
-    mode: str = "steps"  # steps: a few optimizer steps after warm-up; run: the whole run
-    wait: int = 1
-    warmup: int = 1
-    active: int = 2
-    record_shapes: bool = False
-    profile_memory: bool = True  # allocator [memory] events (Total Allocated, Bytes, ...)
-    only_ranks: bool = False  # profile only processes with RANK set (the command is a launcher)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.magic import is_sqlite
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,6 @@ def _nsys_claims(path: Path) -> bool:
     from pipebubble.ingest import nsys
 
     return nsys.sniff(path)
-
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def is_sqlite(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 def _nsys_read(path: Path, where: Where) -> FileResult:

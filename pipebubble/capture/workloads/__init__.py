@@ -13,7 +13,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
 
-from pipebubble.capture.runner import CaptureOptions
+from pipebubble.capture.options import CaptureOptions
 from pipebubble.errors import CaptureError
 
 WORKLOADS = ("pipeline", "serve")

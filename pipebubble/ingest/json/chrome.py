@@ -24,8 +24,8 @@ from pipebubble import allocations, spans
 from pipebubble.ingest.base import FileResult
 from pipebubble.ingest.json import pairs
 from pipebubble.ingest.json import trace as jsontrace
-from pipebubble.ingest.json.columns import ENGINE
-from pipebubble.ingest.json.events import COLUMNS, MEMORY_PHASE
+from pipebubble.ingest.json.columns import ENGINE, MEMORY_PHASE
+from pipebubble.ingest.json.events import COLUMNS
 from pipebubble.ingest.json.spans import PAIRED_PHASES, block_spans, span_plans, to_spans, write_part
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)

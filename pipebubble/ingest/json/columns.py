@@ -1,5 +1,6 @@
 """Per-field lists of one block's events to polars columns (``events.COLUMNS``): times to exact
-nanoseconds, ids to int64, and the range checks, shared by the fast and the tolerant decode paths.
+nanoseconds, ids to int64, and the range checks, shared by the fast and the tolerant decode paths, with
+the names both use for what they keep (``KEPT_PHASES``, allocator events: ``MEMORY_EVENT``, ``MEMORY_FIELDS``).
 
 A ``ts`` or ``dur`` whose nanoseconds do not lie strictly within ``±spans.TIME_LIMIT_NS`` gets
 ``skip = "out_of_range"``, a pid/tid that does not fit int64 ``skip = "id_out_of_range"``; the event is
@@ -24,6 +25,14 @@ _LIMIT_US = TIME_LIMIT_NS / 1000
 #: holds, as both decode paths name it.
 MEMORY_FIELDS = {"mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved", "mem_type": "type",
                  "mem_device": "device"}
+#: The phases both decode paths keep as rows (besides allocator events); every other phase is only counted.
+KEPT_PHASES = ("X", "B", "E", "b", "e", "M")
+#: The name torch.profiler gives its allocator events (instants, ``profile_memory=True``).
+MEMORY_EVENT = "[memory]"
+#: Instant phases: an allocator event is kept (as phase "i"), any other counted.
+INSTANTS = ("i", "I")
+#: What the phase counts call allocator events (they are instants, but not skipped ones).
+MEMORY_PHASE = "memory"
 #: The polars engine of a block's plans: the streaming engine's start-up costs more than the work of a block
 #: (and of a small file's pairs and names); eager operations run in memory too.
 ENGINE = "in-memory"

@@ -8,7 +8,8 @@ events. Before either, a block's invalid UTF-8 is replaced; a block too deeply n
 its deep values replaced by ``null`` (``mend``).
 
 Both paths build their frame with ``columns`` (``build_frame``, ``exact_ts``), where times and ids
-are range-checked: an out-of-range value is counted (``skip``), never cast with a wrap.
+are range-checked: an out-of-range value is counted (``skip``), never cast with a wrap. ``columns`` also
+names what both keep: the phases (``KEPT_PHASES``) and the allocator events (``MEMORY_EVENT``, ``MEMORY_PHASE``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,19 @@ import msgspec
 import polars as pl
 
 from pipebubble.ingest.json import mend
-from pipebubble.ingest.json.columns import MEMORY_FIELDS, build_frame, build_plan, exact_ts
+from pipebubble.ingest.json.columns import (
+    INSTANTS,
+    MEMORY_EVENT,
+    MEMORY_FIELDS,
+    MEMORY_PHASE,
+    build_frame,
+    build_plan,
+    exact_ts,
+)
+from pipebubble.ingest.json.tolerant import decode_tolerant
 from pipebubble.spans import INT64
 
-__all__ = ["COLUMNS", "KEPT_PHASES", "BlockError", "BlockEvents", "build_frame", "decode_block", "exact_ts"]
+__all__ = ["COLUMNS", "BlockError", "BlockEvents", "decode_block"]
 
 COLUMNS = {
     "ph": pl.String,
@@ -42,13 +52,6 @@ COLUMNS = {
     # an allocator event's (``[memory]`` instant, ph "i") arguments; null on every other event
     **dict.fromkeys(MEMORY_FIELDS, pl.Int64),
 }
-KEPT_PHASES = ("X", "B", "E", "b", "e", "M")
-#: The name torch.profiler gives its allocator events (instants, ``profile_memory=True``).
-MEMORY_EVENT = "[memory]"
-#: Instant phases: an allocator event is kept (as phase "i"), any other counted.
-INSTANTS = ("i", "I")
-#: What the phase counts call allocator events (they are instants, but not skipped ones).
-MEMORY_PHASE = "memory"
 
 
 @dataclass
@@ -189,8 +192,6 @@ def _decode(block: bytes, repairs: Counter[str], lazy: bool = False) -> BlockEve
     try:
         frame, phases = _decode_fast(block, lazy)
     except msgspec.ValidationError:
-        from pipebubble.ingest.json.tolerant import decode_tolerant
-
         frame, phases = decode_tolerant(block)
     return BlockEvents(frame, phases, repairs)
 

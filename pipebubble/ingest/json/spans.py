@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 
 from pipebubble import allocations, spans
-from pipebubble.ingest.json.columns import ENGINE
-from pipebubble.ingest.json.events import COLUMNS, MEMORY_PHASE
+from pipebubble.ingest.json.columns import ENGINE, MEMORY_PHASE
+from pipebubble.ingest.json.events import COLUMNS
 
 # Category -> kind. Old Kineto names (Kernel, Memcpy, Runtime) included; matching is case-insensitive.
 CATEGORY_KINDS = {

@@ -15,8 +15,15 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from pipebubble.ingest.json.columns import MEMORY_FIELDS
-from pipebubble.ingest.json.events import INSTANTS, KEPT_PHASES, MEMORY_EVENT, MEMORY_PHASE, build_frame, exact_ts
+from pipebubble.ingest.json.columns import (
+    INSTANTS,
+    KEPT_PHASES,
+    MEMORY_EVENT,
+    MEMORY_FIELDS,
+    MEMORY_PHASE,
+    build_frame,
+    exact_ts,
+)
 
 NOT_AN_OBJECT = "<not an object>"
 _NO_VALUE = msgspec.Raw(b"")

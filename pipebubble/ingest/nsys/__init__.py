@@ -21,6 +21,7 @@ import polars as pl
 
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.magic import is_sqlite
 from pipebubble.ingest.nsys import spans as ns
 from pipebubble.ingest.nsys.memory import gpu_capacity, read_memory
 from pipebubble.ingest.nsys.ranks import process_ranks, with_ranks
@@ -32,7 +33,6 @@ from pipebubble.ingest.nsys.tables import (
     looks_like_nsys,
     one_line,
 )
-from pipebubble.ingest.readers import is_sqlite
 from pipebubble.spans import empty
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
