@@ -1,0 +1,89 @@
+"""GPU time as unions (compute, exposed communication and memory, idle by cause), the kernel summary over
+the job and the host side (runtime calls, launch delay, annotation ranges)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One GPU's time over a window (its whole first-to-last busy window, ``step`` null, or one profiler
+    step's range), as unions, never sums of overlapping work: ``compute_ns`` = union of non-communication
+    kernels; ``comm_ns`` = union of communication kernels; ``comm_exposed_ns`` = communication not under
+    compute; ``memory_ns`` = union of memcpy/memset, ``memory_exposed_ns`` = that under neither;
+    ``idle_ns`` = window − union of all GPU work. compute + exposed comm + exposed memory + idle = window,
+    exactly. ``idle_causes`` splits idle (host_launch, sync, peer, other; they add up to ``idle_ns``);
+    ``overlap`` is the share of communication hidden under compute (None without communication)."""
+
+    lane: str
+    rank: int | None
+    pid: int | None
+    device: int | None
+    step: int | None
+    window_start_ns: int
+    window_ns: int
+    compute_ns: int
+    comm_ns: int
+    comm_exposed_ns: int
+    memory_ns: int
+    memory_exposed_ns: int
+    idle_ns: int
+    idle_causes: dict[str, int] = field(default_factory=dict)
+    overlap: float | None = None
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    """One GPU operation name over the whole job (``nsys stats cuda_gpu_kern_sum`` / ``cuda_gpu_mem_time_sum``):
+    ``kind`` (JSON ``class``) is compute, comm, memcpy or memset; ``share`` its total over all GPU work's
+    total (a sum: kernels overlapping on streams each count)."""
+
+    name: str
+    kind: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    median_ns: float
+    min_ns: int
+    max_ns: int
+    std_ns: float
+    share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        body = dict(self.__dict__)
+        return {"name": body.pop("name"), "class": body.pop("kind"), **body}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KernelStat:
+        data = dict(data)
+        data["kind"] = data.pop("class", data.get("kind"))
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class CallStat:
+    """A host call or range by name (``cuda_api_sum``, ``nvtx_sum``): count, total, mean, max."""
+
+    name: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    max_ns: int
+
+
+@dataclass(frozen=True)
+class Host:
+    """The host side: runtime API calls, launch delay (a launch call's start to its kernel's start),
+    kernels shorter than ``short_kernel_ns``, and annotation (NVTX) ranges."""
+
+    api: list[CallStat] = field(default_factory=list)
+    ranges: list[CallStat] = field(default_factory=list)
+    launches: int = 0
+    launch_delay_mean_ns: float | None = None
+    launch_delay_median_ns: float | None = None
+    launch_delay_max_ns: int | None = None
+    short_kernels: int = 0
+    short_kernel_ns: int = 10_000
+    ranges_total: int = 0  # distinct range names (``ranges`` lists the 1,000 with the most time)
