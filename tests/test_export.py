@@ -21,7 +21,7 @@ from test_render import MS, T0, collectives_report, gpipe_report, lanes_report
 from pipebubble import spans as span_schema
 from pipebubble.ingest.json import extras
 from pipebubble.render import perfetto
-from pipebubble.render.perfetto_flows import attach
+from pipebubble.render.perfetto.flows import attach
 from pipebubble.report import Wait
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -176,7 +176,7 @@ def test_interference_mixed_and_stalled():
 
 
 def test_summary_line_and_empty_report():
-    from pipebubble.render.findings import items, summary
+    from pipebubble.render.sections.findings import items, summary
 
     assert findings(Report()) == []
     assert summary(Report()) == "Findings: nothing worth more than 1 % of a step"

@@ -1,5 +1,5 @@
 """What the export reads beyond the span table (``ingest.extras``) and how it binds to spans
-(``render.perfetto_flows``): every event's args found again, flow events bound as the Trace Event Format says,
+(``render.perfetto.flows``): every event's args found again, flow events bound as the Trace Event Format says,
 correlation ids drawn as flows; checked on real Kineto and Nsight traces against counts taken from the raw
 files themselves, and on written edge cases."""
 
@@ -19,7 +19,7 @@ from test_export import SAMPLE, decode, run_export
 
 from pipebubble.ingest.json import extras
 from pipebubble.render import perfetto
-from pipebubble.render.perfetto_flows import attach
+from pipebubble.render.perfetto.flows import attach
 from pipebubble.run import with_spans
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "comm"}
@@ -162,7 +162,7 @@ def test_the_analysis_never_reads_the_extras():
         pytest.skip("sample traces absent")
     code = ("import sys; from pathlib import Path; from pipebubble.run import run; run([Path(sys.argv[1])]); "
             "print(any(m in sys.modules for m in "
-            "('pipebubble.ingest.json.extras', 'pipebubble.render.perfetto_flows')))")
+            "('pipebubble.ingest.json.extras', 'pipebubble.render.perfetto.flows')))")
     proc = subprocess.run([sys.executable, "-c", code, str(SAMPLE)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

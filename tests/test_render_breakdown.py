@@ -16,7 +16,8 @@ import pytest
 from test_cli_analyze import SAMPLE, run_cli
 from test_render import ADD, MS, T0, collectives_report, fixed_date, gpipe_report, gpu_time_report  # noqa: F401
 
-from pipebubble.render import cells, csv_table, formats, gputime, render, sections, terminal
+from pipebubble.render import cells, choices, csv_table, formats, render, sections, terminal
+from pipebubble.render.sections import gputime
 from pipebubble.report import KernelStat, Report
 
 DOCUMENTS = ("text", "markdown", "html")
@@ -117,7 +118,7 @@ def test_html_draws_a_stacked_bar_per_gpu_that_fills_its_window():
     assert "https://" not in page and "<script" not in page and "<link" not in page
 
 
-@pytest.mark.parametrize("table", formats.CSV_TABLES)
+@pytest.mark.parametrize("table", choices.CSV_TABLES)
 def test_every_csv_table_has_a_header_even_without_rows(table):
     for report in (Report(), gpu_time_report(), gpipe_report()):
         text = render(report, "csv", table=table)
@@ -168,7 +169,7 @@ def test_csv_lanes_waits_and_stages():
 
 
 def test_csv_numbers_have_no_thousands_separators():
-    for table in formats.CSV_TABLES:
+    for table in choices.CSV_TABLES:
         for row in rows(render(gpu_time_report(), "csv", table=table, timeunit="ns")):
             for key, value in row.items():
                 if key.endswith("_ns") and value:
@@ -186,7 +187,7 @@ def test_unknown_table_or_unit_is_refused_naming_the_known_ones():
 
 def test_the_registry_knows_csv_and_the_flags_choices_are_the_renderers():
     assert formats.pick("analyze", None, "gpu.csv").name == "csv" and "csv" in formats.names("analyze")
-    assert tuple(csv_table.TABLES) == formats.CSV_TABLES and tuple(cells.UNITS) == formats.TIME_UNITS
+    assert tuple(csv_table.TABLES) == choices.CSV_TABLES and tuple(cells.UNITS) == choices.TIME_UNITS
 
 
 @pytest.mark.parametrize("unit,factor", [("ns", 1), ("us", 1_000), ("ms", MS), ("s", 1_000_000_000)])
@@ -303,7 +304,7 @@ def test_cli_refuses_table_without_csv_and_an_unknown_unit(tmp_path):
     assert run_cli("analyze", str(saved), "--timeunit", "min").returncode == 2
 
 
-@pytest.mark.parametrize("table", formats.CSV_TABLES)
+@pytest.mark.parametrize("table", choices.CSV_TABLES)
 def test_cli_csv_of_the_sample_matches_its_json(table):
     report = json.loads(run_cli("analyze", str(SAMPLE), "--format", "json").stdout)
     proc = run_cli("analyze", str(SAMPLE), "--format", "csv", "--table", table, "--timeunit", "ns")

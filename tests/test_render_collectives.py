@@ -24,7 +24,8 @@ from test_render import (
 )
 
 from pipebubble import spans as span_schema
-from pipebubble.render import collectives, perfetto, render, sections, terminal
+from pipebubble.render import perfetto, render, sections, terminal
+from pipebubble.render.sections import collectives
 from pipebubble.report import Report, Wait
 
 DOCUMENTS = ("text", "markdown", "html")

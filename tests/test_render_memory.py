@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from pipebubble.render import html, markdown, terminal
-from pipebubble.render.memory import ROWS_DRAWN, earliest, memory_facts, memory_svg, memory_tables, size
+from pipebubble.render.sections.memory import ROWS_DRAWN, earliest, memory_facts, memory_svg, memory_tables, size
 from pipebubble.report.memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
 
 GIB, MIB, MS = 1 << 30, 1 << 20, 1_000_000

@@ -152,7 +152,7 @@ def test_document_renderers_follow_the_one_section_order():
 
 
 def test_renderers_never_print_nor_import_typer_nor_the_cli():
-    for path in RENDER_DIR.glob("*.py"):
+    for path in RENDER_DIR.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):

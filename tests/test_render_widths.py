@@ -26,8 +26,8 @@ from test_render import (
     interleaved_report,
 )
 
-from pipebubble.render import cells, render, sections, terminal, timeline
-from pipebubble.render.sections import Table
+from pipebubble.render import cells, render, sections, terminal
+from pipebubble.render.sections import Table, timeline
 
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(%|x)?$")
 

@@ -20,7 +20,7 @@ import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
 from pipebubble import cli
-from pipebubble.render import formats
+from pipebubble.render import choices, formats
 
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = ROOT.parent / "shared" / "repros"
@@ -35,7 +35,7 @@ EXPORT_NAMES = {"perfetto": "out.pftrace", "perfetto-json": "out.json", "perfett
 def cases() -> list[tuple[str, list[str]]]:
     """(what it checks, the arguments after the file) for every format of the registry."""
     analyze = [(name, ["--format", name]) for name in formats.names("analyze") if name not in ("text", "csv")]
-    tables = [(f"csv {table}", ["--format", "csv", "--table", table]) for table in formats.CSV_TABLES]
+    tables = [(f"csv {table}", ["--format", "csv", "--table", table]) for table in choices.CSV_TABLES]
     return [("text", ["--width", str(WIDTH)]), *analyze, *tables]
 
 

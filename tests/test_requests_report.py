@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipebubble.options import Scale
-from pipebubble.render import formats
+from pipebubble.render import choices
 from pipebubble.run import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,7 +54,7 @@ def test_csv_text_and_html_show_the_requests(otlp, tmp_path):
     html = tmp_path / "r.html"
     assert cli("analyze", str(path), "-o", str(html)).returncode == 0
     assert "request latency distributions" in html.read_text()
-    assert "requests" in formats.CSV_TABLES
+    assert "requests" in choices.CSV_TABLES
 
 
 def test_p99_gates_fail_above_and_pass_below(otlp):

@@ -1,5 +1,6 @@
-"""The per-GPU timeline of one step (``breakdown.strips``) and its text and SVG drawings (``render.gpu_timeline``):
-hand-built traces whose every bin is known, its sums against the breakdown rows, and real traces."""
+"""The per-GPU timeline of one step (``breakdown.strips``) and its text and SVG drawings
+(``render.sections.gpu_timeline``): hand-built traces whose every bin is known, its sums against the breakdown
+rows, and real traces."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pipebubble import spans
 from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown import strips as st
 from pipebubble.ingest import read_file
-from pipebubble.render import gpu_timeline as gt
+from pipebubble.render.sections import gpu_timeline as gt
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -176,7 +176,7 @@ def _ready(subject: Any) -> data.Report | None:
 
 
 def _render(fmt: Any, report: data.Report, options: dict[str, Any]) -> str:
-    from pipebubble.render import formats
+    from pipebubble.render import choices, formats
 
     known = {f.name for f in fields(formats.Options)} - {"spans", "color"}
     unknown = sorted(set(options) - known)
@@ -184,8 +184,8 @@ def _render(fmt: Any, report: data.Report, options: dict[str, Any]) -> str:
         raise ValueError(f"unknown output option {unknown[0]!r}: expected one of {', '.join(sorted(known))}")
     if options.get("table") is not None and fmt.name != "csv":
         raise ValueError(f"table= chooses the table of the csv format, not of {fmt.name}")
-    if options.get("timeunit", "ms") not in formats.TIME_UNITS:
-        raise ValueError(f"timeunit={options['timeunit']!r}: expected one of {', '.join(formats.TIME_UNITS)}")
+    if options.get("timeunit", "ms") not in choices.TIME_UNITS:
+        raise ValueError(f"timeunit={options['timeunit']!r}: expected one of {', '.join(choices.TIME_UNITS)}")
     text = fmt.render(report, formats.Options(**options))
     return text if isinstance(text, str) else text.decode()
 

@@ -10,7 +10,7 @@ from pipebubble.cli import flags
 from pipebubble.cli.flags import OUTPUT
 from pipebubble.cli.output import check_output, console_wants_color, progress, warn, write_text
 from pipebubble.options import Options, Scale
-from pipebubble.render import formats
+from pipebubble.render import choices, formats
 
 Format = formats.choices("analyze")
 
@@ -34,7 +34,7 @@ def analyze(
         bool, typer.Option("--lanes", help="One timeline row per lane, not per stage.", rich_help_panel=OUTPUT)
     ] = False,
     timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
-    top: flags.Top = formats.TOP,
+    top: flags.Top = choices.TOP,
     table: flags.TableOpt = None,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing

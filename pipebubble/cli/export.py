@@ -36,7 +36,7 @@ def export(
     from pipebubble.cli.output import progress, warn, write_text
     from pipebubble.ingest import find_traces
     from pipebubble.ingest.json import extras
-    from pipebubble.render.perfetto_flows import attach
+    from pipebubble.render.perfetto.flows import attach
     from pipebubble.run import with_spans
 
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipebubble.render import formats
+from pipebubble.render import choices, formats
 
 if TYPE_CHECKING:  # the report's classes load with the analysis, not with the CLI's --format choices
     from pipebubble.report import Report
@@ -24,7 +24,7 @@ def report_formats() -> list[formats.OutputFormat]:
 
 def render(report: Report, fmt: str, *, spans: Any = None, width: int | None = None, color: bool = False,
            step: int | None = None, window: tuple[int, int] | None = None, lanes: bool = False,
-           timeunit: str = "ms", top: int = formats.TOP, table: str = "kernels") -> str | bytes:
+           timeunit: str = "ms", top: int = choices.TOP, table: str = "kernels") -> str | bytes:
     """The report as ``fmt``: text, json, markdown, html, csv (str) or perfetto (bytes), perfetto-json (str),
     perfetto-json-gz (bytes).
 
@@ -34,7 +34,7 @@ def render(report: Report, fmt: str, *, spans: Any = None, width: int | None = N
     end) ns measured from the timeline's origin (the pipeline window's start). ``lanes``: one timeline row per
     lane instead of per stage.
     ``timeunit``: ns, us, ms or s, for the times of text, markdown, html and csv; ``top``: rows of the kernel,
-    runtime API and range tables; ``table``: which table csv writes (``formats.CSV_TABLES``).
+    runtime API and range tables; ``table``: which table csv writes (``choices.CSV_TABLES``).
     An unknown ``step`` raises ValueError naming the known ones; so does an unknown ``fmt``, unit or table.
     """
     known = {f.name: f for f in report_formats()}

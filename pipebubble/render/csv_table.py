@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from pipebubble.render.cells import per
-from pipebubble.render.gputime import CAUSES
+from pipebubble.render.sections.gputime import CAUSES
 from pipebubble.report import (
     Breakdown,
     KernelStat,

@@ -20,10 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-TIME_UNITS = ("ns", "us", "ms", "s")  # --timeunit: the keys of cells.UNITS
-# --table: the keys of csv_table.TABLES
-CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages", "memory", "memory_stages", "requests")
-TOP = 15  # --top: rows of the kernel, runtime API and range tables
+from pipebubble.render.choices import GATE_FORMATS, TOP
 
 
 @dataclass(frozen=True)
@@ -34,8 +31,9 @@ class Options:
     timeline (None: ``COLUMNS``, else the terminal's, else PIPED_WIDTH, as when piped). ``color``: ANSI styles
     in text. ``step`` / ``window`` / ``lanes``: zoom the timeline to a step or to (start, end) ns from its
     origin; one row per lane. ``timeunit``: the unit of the times in text, Markdown, HTML and CSV tables and
-    facts (one of TIME_UNITS; the timeline's axis, the serving section and JSON keep theirs). ``top``: rows of
-    the kernel, runtime API and range tables. ``table``: the table CSV writes (one of CSV_TABLES).
+    facts (one of ``choices.TIME_UNITS``; the timeline's axis, the serving section and JSON keep theirs).
+    ``top``: rows of the kernel, runtime API and range tables. ``table``: the table CSV writes (one of
+    ``choices.CSV_TABLES``).
     """
 
     spans: Any = None
@@ -111,7 +109,7 @@ def _csv(report: Any, o: Options) -> str:
 
 def _trace(report: Any, o: Options) -> Any:
     """The Perfetto trace of the report and the span table (with the ``args``, ``category`` and ``flows``
-    columns of ``perfetto_flows.attach`` when the export read them)."""
+    columns of ``perfetto.flows.attach`` when the export read them)."""
     from pipebubble.render import perfetto
 
     if o.spans is None:
@@ -143,14 +141,6 @@ def _gates(command: str, fmt: str) -> Callable[[Any, Options], str]:
 
     render.__doc__ = f"pipebubble.render.gates.{command}_{fmt}"
     return render
-
-
-#: check and diff offer the same five formats, chosen by --format only (``render.gates.FORMATS`` is their names).
-GATE_FORMATS = (("text", (".txt",), "the verdict, one line per gate or metric"),
-                 ("json", (".json",), "the verdict as JSON"),
-                 ("junit", (".xml",), "JUnit XML for CI (junit-10)"),
-                 ("github", (), "GitHub Actions annotations"),
-                 ("markdown", (".md", ".markdown"), "GitHub Markdown, passing rows folded"))
 
 
 def _gate_command(command: str) -> Command:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from pipebubble.gates import CheckResult, Delta, DiffResult, Gate
 from pipebubble.render import cells
-from pipebubble.render.formats import GATE_FORMATS
+from pipebubble.render.choices import GATE_FORMATS
 
 FORMATS = tuple(name for name, _, _ in GATE_FORMATS)  # what check and diff both offer (--format)
 NAMED = 12  # regressions named in the one-line verdict (the table and JSON list them all)

@@ -16,9 +16,10 @@ from datetime import datetime, timezone
 from html import escape
 
 from pipebubble import __version__
-from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, requests, sections, timeline
+from pipebubble.render import sections
 from pipebubble.render.cells import pct, share, time
-from pipebubble.render.sections import Table
+from pipebubble.render.choices import TOP
+from pipebubble.render.sections import Table, collectives, findings, gpu_timeline, gputime, memory, requests, timeline
 from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
 
 COLOURS = {"forward": "#009e73", "backward": "#0072b2", "weight": "#cc79a7", "prefill": "#e69f00",
@@ -291,7 +292,7 @@ def page_header(report: Report, unit: str, when: str) -> list[str]:
 
 
 def render(report: Report, *, step: int | None = None, window: tuple[int, int] | None = None,
-           lanes: bool = False, unit: str = "ms", top: int = gputime.TOP, when: str | None = None) -> str:
+           lanes: bool = False, unit: str = "ms", top: int = TOP, when: str | None = None) -> str:
     """The page, its sections in ``sections.SECTIONS`` order; times in ``unit`` (the timeline's in ms), ``top``
     rows of the kernel, API and range tables, every row of the others; ``when``: the date the header shows
     (None: ``generated()``)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pipebubble.render import collectives, findings, gpu_timeline, gputime, memory, requests, sections, timeline
-from pipebubble.render.sections import Table
+from pipebubble.render import sections
+from pipebubble.render.choices import TOP
+from pipebubble.render.sections import Table, collectives, findings, gpu_timeline, gputime, memory, requests, timeline
 from pipebubble.report import Report
 
 
@@ -91,7 +92,7 @@ def interference(report: Report) -> list[str]:
 
 
 def render(report: Report, width: int = 100, *, step: int | None = None, window: tuple[int, int] | None = None,
-           lanes: bool = False, unit: str = "ms", top: int = gputime.TOP) -> str:
+           lanes: bool = False, unit: str = "ms", top: int = TOP) -> str:
     """The report as one Markdown document, its sections in ``sections.SECTIONS`` order; times in ``unit``,
     ``top`` rows of the kernel, API and range tables, every row of the others."""
     drawn = {"facts": lambda: facts(report, unit),

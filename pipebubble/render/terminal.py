@@ -18,18 +18,10 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pipebubble.render import (
-    cells,
-    collectives,
-    findings,
-    gpu_timeline,
-    gputime,
-    memory,
-    requests,
-    sections,
-    timeline,
-)
+from pipebubble.render import cells, sections
+from pipebubble.render.choices import TOP
 from pipebubble.render.sections import Table as Section
+from pipebubble.render.sections import collectives, findings, gpu_timeline, gputime, memory, requests, timeline
 from pipebubble.report import Report
 
 NARROW = 100  # below this width the utilization bars get shorter
@@ -316,7 +308,7 @@ def legend_block(report: Report, width: int) -> list[RenderableType]:
 
 
 def renderable(report: Report, width: int, *, step: int | None = None, window: tuple[int, int] | None = None,
-               lanes: bool = False, unit: str = "ms", top: int = gputime.TOP) -> RenderableType:
+               lanes: bool = False, unit: str = "ms", top: int = TOP) -> RenderableType:
     """The sections in ``sections.SECTIONS`` order, a blank line between each two; times in ``unit``, ``top``
     rows of the kernel, API and range tables."""
     drawn = {"facts": lambda: facts_block(report, width, unit),
@@ -347,7 +339,7 @@ def _spaced(parts: list[RenderableType]) -> list[RenderableType]:
 
 def render(report: Report, width: int = 80, *, color: bool = False, step: int | None = None,
            window: tuple[int, int] | None = None, lanes: bool = False, unit: str = "ms",
-           top: int = gputime.TOP) -> str:
+           top: int = TOP) -> str:
     """The terminal text: ANSI colour when ``color``, otherwise plain characters; no line wider than ``width``."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False,

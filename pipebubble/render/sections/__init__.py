@@ -1,4 +1,9 @@
-"""The report's sections as plain strings (facts and tables), laid out by each renderer in its own way.
+"""The report's sections as plain strings (facts and tables) and drawings, laid out by each document renderer
+(``terminal``, ``markdown``, ``html``) in its own way. Here: the one section list they all walk (``SECTIONS``,
+``walk``) and the pipeline's own sections (header and headline, stages, waits, what-if, critical path, serving
+interference, lanes); beside it a module for each larger section (``findings``, ``gputime``, ``collectives``,
+``requests``, ``memory``) and the two timelines, as characters and as SVG (``timeline``: a row per stage or
+lane; ``gpu_timeline``: a row per GPU).
 
 Only formatting happens here: every number is read from the Report as it is.
 """
@@ -8,18 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipebubble.render import collectives, gputime, requests
 from pipebubble.render.cells import Table, bar, ms, num, pct, share, signed_pct, size, time  # renderers: Table, ms
+from pipebubble.render.choices import TOP
+from pipebubble.render.sections import collectives, gputime, requests
 from pipebubble.report import Report, Wait, ms4
 
 TOP_WAITS = 10
 
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
-# this order. "findings" (a summary line and one item per finding, ``render/findings.py``), "gpu_timeline" (one
-# step per GPU, ``render/gpu_timeline.py``, the top findings marked), "facts" (what was
+# this order. "findings" (a summary line and one item per finding, ``findings``), "gpu_timeline" (one
+# step per GPU, ``gpu_timeline``, the top findings marked), "facts" (what was
 # read, the job's notes, then the pipeline's header lines), the facts of "timeline", "collectives",
 # "interference" and "host", "gpu_bars" (the GPU time as a bar per GPU: HTML draws it, text and Markdown have
-# the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables, ``render/memory.py``,
+# the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables, ``memory``,
 # and in HTML a timeline per stage) and "legend" (what each utilization figure shown means) are drawn by each
 # renderer in its own way; the rest are tables (see ``table``).
 SECTIONS = ("findings", "facts", "timeline", "gpu_timeline", "critical_path", "stages", "stage_bars", "waits",
@@ -351,7 +357,7 @@ class Layout:
     ranks, GPUs and GPU steps (None: every row; the terminal sets them, each table says how many more)."""
 
     unit: str = "ms"
-    top: int = gputime.TOP
+    top: int = TOP
     bar_width: int = 10
     lane_limit: int | None = None
     rank_limit: int | None = None

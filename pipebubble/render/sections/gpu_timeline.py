@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from pipebubble.render import timeline
 from pipebubble.render.cells import ms, share, shorten
+from pipebubble.render.sections import timeline
 from pipebubble.report.strips import CLASSES, Strip, Strips, bin_edges
 
 #: class: (character, legend text, colour). Colours: ``html.PART_COLOURS`` for compute, exposed comm and

@@ -10,7 +10,7 @@ the whole-window table; a caller's ``limit`` (the terminal's) keeps the first ro
 from __future__ import annotations
 
 from pipebubble.render.cells import Table, natural, num, pct, share, time
-from pipebubble.render.formats import TOP
+from pipebubble.render.choices import TOP
 from pipebubble.report import Breakdown, CallStat, Report
 
 CAUSES = ("host_launch", "sync", "peer", "other")  # Breakdown.idle_causes keys, in the order shown

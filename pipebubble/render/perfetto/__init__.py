@@ -1,5 +1,8 @@
-"""The annotated trace for ui.perfetto.dev: the original spans with their own arguments and flow arrows, the
-passes, the waits and a utilization counter (the format itself: ``perfetto_trace``).
+"""The Perfetto writer (``pipebubble export``): the annotated trace for ui.perfetto.dev, built here from the span
+table and the Report (``build``: the original spans with their own arguments and flow arrows, the passes, the
+waits and a utilization counter); the trace as data and its two encodings, TrackEvent protobuf and Chrome JSON
+(``trace``); and each span's own arguments and flow arrows, read again from the source files by the export alone
+and joined onto the span table before ``build`` (``flows``). No other renderer imports this room.
 
 One top-level track per rank (per process of an Nsight report, named ``pid N``), holding, in this order: the
 rank's passes, its bubbles and waits, one track per GPU stream and one per CPU thread, each named shortly
@@ -13,7 +16,7 @@ same name and merge key, which the UI draws as one track. An end past its parent
 
 A span's slice carries its category, the source event's ``args`` (shapes, types, ids, as the profiler wrote
 them) and pipebubble's columns (kind, correlation, micro-batch, phase) where the source has no such key, and
-the flows ``perfetto_flows.attach`` found for it.
+the flows ``flows.attach`` found for it.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from pipebubble.render.perfetto_trace import CounterPoint, ExportTrace, Flow, Slice, Track, to_chrome_json, to_proto
-from pipebubble.render.timeline import PHASES
+from pipebubble.render.perfetto.trace import CounterPoint, ExportTrace, Flow, Slice, Track, to_chrome_json, to_proto
+from pipebubble.render.sections.timeline import PHASES
 from pipebubble.report import Report, Wait
 
 __all__ = ["CounterPoint", "ExportTrace", "Flow", "Slice", "Track", "build", "to_chrome_json", "to_proto"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from pipebubble.render import timeline
 from pipebubble.render.cells import Table, num, share, shorten, size, time
+from pipebubble.render.sections import timeline
 from pipebubble.report.memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
 
 ROWS_DRAWN = 32  # small multiples in the drawing (the largest peaks); the tables list every device and stage
