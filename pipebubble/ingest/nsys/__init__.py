@@ -33,7 +33,7 @@ from pipebubble.ingest.nsys.tables import (
     looks_like_nsys,
     one_line,
 )
-from pipebubble.spans import empty
+from pipebubble.spans import TIME_LIMIT_NS, empty
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 I64 = pl.Int64
@@ -107,13 +107,13 @@ def _utc_offset(meta: dict[str, Any]) -> int | None:
 
 def _shift_fits(result: FileResult, shift: int) -> bool:
     """Whether moving every span and allocator event of ``result`` by ``shift`` keeps its times within
-    +-``TIME_LIMIT`` (see ``spans``)."""
-    if abs(shift) >= ns.TIME_LIMIT:
+    +-``TIME_LIMIT_NS`` (``pipebubble.spans``)."""
+    if abs(shift) >= TIME_LIMIT_NS:
         return False
     times = [result.spans["start"].min(), result.spans["end"].max()]
     if result.memory is not None:
         times += [result.memory["ts"].min(), result.memory["ts"].max()]
-    return all(-ns.TIME_LIMIT < t + shift < ns.TIME_LIMIT for t in times if t is not None)
+    return all(-TIME_LIMIT_NS < t + shift < TIME_LIMIT_NS for t in times if t is not None)
 
 
 def _shifted(result: FileResult, shift: int) -> FileResult:
@@ -264,7 +264,7 @@ def _meta(
 def _session_start(tables: Tables, warnings: list[str]) -> dict[str, int]:
     """UTC epoch ns of the session start, and the same instant on the events' own clock.
 
-    Either value beyond the span table's time range (``spans.TIME_LIMIT``; UTC must also be after 1970)
+    Either value beyond the span table's time range (``pipebubble.spans.TIME_LIMIT_NS``; UTC must also be after 1970)
     cannot be a real clock reading: both are dropped with a warning, and the report is left unaligned.
     """
     name = next((n for n in sorted(tables.names) if n.startswith("TARGET_INFO_SESSION_START")), None)
@@ -276,7 +276,7 @@ def _session_start(tables: Tables, warnings: list[str]) -> dict[str, int]:
         details = tables.load("ANALYSIS_DETAILS", {"startTime": I64})
         clock = details["startTime"][0] if details.height else 0
     clock = int(clock or 0)
-    if not (0 <= utc < ns.TIME_LIMIT and -ns.TIME_LIMIT < clock < ns.TIME_LIMIT):
+    if not (0 <= utc < TIME_LIMIT_NS and -TIME_LIMIT_NS < clock < TIME_LIMIT_NS):
         warnings.append(f"{name} ignored: utcEpochNs {utc} or clock {clock} out of range: clock not aligned")
         return {}
     return {"session_start_ns": utc, "session_start_clock_ns": clock}

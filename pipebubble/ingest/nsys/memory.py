@@ -23,8 +23,9 @@ import polars as pl
 from pipebubble import allocations
 from pipebubble.ingest.base import FileResult
 from pipebubble.ingest.nsys.ranks import INT32_MAX, with_ranks
-from pipebubble.ingest.nsys.spans import TIME_LIMIT, pid_of
+from pipebubble.ingest.nsys.spans import pid_of
 from pipebubble.ingest.nsys.tables import Tables
+from pipebubble.spans import TIME_LIMIT_NS
 
 I64 = pl.Int64
 TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
@@ -114,7 +115,7 @@ def _reason(sign: pl.Expr, kinds: dict[int, str] | None) -> pl.Expr:
     bad = pl.any_horizontal(pl.col(c).is_null() for c in ("start", "globalPid", "deviceId", "bytes"))
     bad = bad | sign.is_null() | (pl.col("bytes") < 0)
     out_of_range = (
-        ~pl.col("start").is_between(-TIME_LIMIT, TIME_LIMIT, closed="none")
+        ~pl.col("start").is_between(-TIME_LIMIT_NS, TIME_LIMIT_NS, closed="none")
         | ~pl.col("deviceId").is_between(0, INT32_MAX)
         | (pl.col("bytes") > BYTES_LIMIT)
     )
@@ -130,7 +131,7 @@ def _reason(sign: pl.Expr, kinds: dict[int, str] | None) -> pl.Expr:
 def _sums_fit(memory: pl.DataFrame) -> bool:
     """Whether every running total stays within +-2**62 (so none can overflow int64): the bytes moved, added
     up as floats, stay below it."""
-    return memory.is_empty() or memory["bytes"].abs().cast(pl.Float64).sum() < TIME_LIMIT
+    return memory.is_empty() or memory["bytes"].abs().cast(pl.Float64).sum() < TIME_LIMIT_NS
 
 
 def gpu_capacity(tables: Tables, warnings: list[str]) -> dict[str, Any]:

@@ -33,9 +33,10 @@ from typing import Any
 import polars as pl
 
 from pipebubble.ingest.nsys.tables import Tables, one_line
+from pipebubble.spans import INT32
 
 I64 = pl.Int64
-INT32_MAX = (1 << 31) - 1
+INT32_MAX = INT32 - 1  # the largest rank, world size or device number a span's Int32 column holds
 RANK_ENTRY, SIZE_ENTRY = "Rank", "No. of ranks"
 HEADER_BYTES = 32
 #: NVTX_PAYLOAD_ENTRY_TYPE_* integer types (nvToolsExtPayload.h) -> their polars type, C types as on LP64 Linux.

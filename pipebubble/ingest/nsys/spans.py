@@ -12,13 +12,10 @@ from collections import Counter
 
 import polars as pl
 
-from pipebubble.spans import COMM_KERNELS, conform, empty
+from pipebubble.spans import COMM_KERNELS, INT32, TIME_LIMIT_NS, conform, empty
 
 I64 = pl.Int64
 _ID_BITS = 1 << 24
-#: Span times are kept strictly within +-2**62 ns, so sums and differences of them cannot overflow int64.
-TIME_LIMIT = 1 << 62
-_INT32 = (-(1 << 31), (1 << 31) - 1)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -84,19 +81,19 @@ def _valid_time() -> pl.Expr:
 
 
 def _time_in_range() -> pl.Expr:
-    """Start and end strictly within +-``TIME_LIMIT`` (rows already known to have both)."""
-    bounds = (-TIME_LIMIT, TIME_LIMIT)
+    """Start and end strictly within +-``TIME_LIMIT_NS`` (rows already known to have both)."""
+    bounds = (-TIME_LIMIT_NS, TIME_LIMIT_NS)
     return pl.col("start").is_between(*bounds, closed="none") & pl.col("end").is_between(*bounds, closed="none")
 
 
 def _fits_int32(col: str) -> pl.Expr:
     """A null, or a value that fits the span table's Int32 columns."""
-    return pl.col(col).is_null() | pl.col(col).is_between(*_INT32)
+    return pl.col(col).is_null() | pl.col(col).is_between(-INT32, INT32, closed="left")
 
 
 def valid_rows(frame: pl.DataFrame, bad_reason: str, skipped: Counter[str], *required: str) -> pl.DataFrame:
     """Rows with a start <= end and every ``required`` id, counted under ``bad_reason`` when not; then rows
-    whose times lie beyond +-``TIME_LIMIT`` (or ``deviceId`` beyond Int32), counted as ``out_of_range``."""
+    whose times lie beyond +-``TIME_LIMIT_NS`` (or ``deviceId`` beyond Int32), counted as ``out_of_range``."""
     cond = _valid_time()
     for col in required:
         cond = cond & pl.col(col).is_not_null()
