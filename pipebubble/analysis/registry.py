@@ -4,7 +4,7 @@ Each is ``f(spans, options, meta=None) -> part``: ``spans`` one file's span tabl
 spans, possibly empty), ``options`` the job's ``Options`` and ``meta`` what the file says about the job
 (its ingest ``FileResult.meta``: ``world_size``, ``pg_config``; None: nothing). Pure: no I/O, no printing;
 every one returns its documented empty part for a table with nothing it can use, never raises for it
-(``tests/test_analyses.py`` runs them all on the empty table and on one-span tables).
+(``tests/analysis/test_analyses.py`` runs them all on the empty table and on one-span tables).
 """
 
 from __future__ import annotations

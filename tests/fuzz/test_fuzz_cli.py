@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_repros_every_format import EXPORT_NAMES, GATES, assert_export, assert_valid, cases
+from every_format import EXPORT_NAMES, GATES, assert_export, assert_valid, cases
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = sorted((ROOT / "sample_traces").glob("*/rank0.pt.trace.json.gz"))
