@@ -67,6 +67,13 @@ class Report:
     requests: Requests | None = None  # served requests (OTLP / Jaeger spans, or an engine's request events)
     schema_version: int = SCHEMA_VERSION
 
+    @property
+    def billed(self) -> str:
+        """What the ``*_gpu_ns`` figures (idle per step, a finding's worth) count: ``"GPU"``, or ``"CPU"`` for a
+        job whose lanes hold no GPU (a pipeline of CPU ranks on gloo), whose stages' time is CPU time. The JSON
+        keys keep their names."""
+        return "CPU" if self.lanes and not any(lane.kind == "gpu" for lane in self.lanes) else "GPU"
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         return from_dict(cls, data)

@@ -374,3 +374,22 @@ def test_terminal_lane_table_is_bounded_and_says_how_many_more(tmp_path):
     text = terminal.render(report, width=120)
     assert sum(line.startswith("rank0/pid1/tid") for line in text.splitlines()) == terminal.TERMINAL_LANES
     assert f"{500 - terminal.TERMINAL_LANES} more lanes not shown" in text
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_a_job_without_a_gpu_bills_cpu_time(fmt):
+    """The idle per step and a finding's worth count the stages' devices: GPU-ms for a job with GPUs, CPU-ms
+    for a pipeline of CPU ranks (its lanes hold no GPU); the JSON keys keep their names."""
+    from pipebubble.report import Finding, Where
+
+    found = Finding("imbalance", "stage 3 sets the pace", Where(stages=[3]), "uneven layers", {}, 2 * MS, 8 * MS,
+                    "move a layer", "replay", worth_share=0.1)
+    job = gpipe_report()
+    gpus = replace(job, findings=[found], pipeline=replace(job.pipeline, idle_gpu_ns_per_step=20 * MS))
+    cpus = replace(gpus, lanes=[replace(lane, kind="cpu", device=None) for lane in gpus.lanes])
+    on_gpus, on_cpus = (render(r, fmt, width=200) for r in (gpus, cpus))
+    assert "GPU-ms per step" in on_gpus and "8.00 GPU-ms" in on_gpus and "useful GPU-hour" in on_gpus
+    assert "CPU-ms per step" in on_cpus and "8.00 CPU-ms" in on_cpus and "useful CPU-hour" in on_cpus
+    assert "CPU-" not in on_gpus and "GPU-ms" not in on_cpus
+    assert gpus.billed == "GPU" and cpus.billed == "CPU" and replace(gpus, lanes=[]).billed == "GPU"
+    assert json.loads(render(cpus, "json"))["pipeline"]["idle_gpu_ns_per_step"] == cpus.pipeline.idle_gpu_ns_per_step

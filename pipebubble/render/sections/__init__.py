@@ -61,12 +61,13 @@ def header(report: Report, unit: str = "ms") -> list[str]:
               f"throughput: compute-only bound {num(p.throughput_bound)} steps/s"
               + (f"; with exposed comm {num(p.throughput_bound_with_comm)} steps/s"
                  if p.throughput_bound_with_comm else "")]
+    billed = report.billed
     if p.idle_gpu_ns_per_step and p.step_time_ns:
-        lines.append(f"idle: {time(p.idle_gpu_ns_per_step, unit)} GPU-{unit} per step, of"
-                     f" {time(p.stages * p.step_time_ns, unit)} GPU-{unit} billed")
+        lines.append(f"idle: {time(p.idle_gpu_ns_per_step, unit)} {billed}-{unit} per step, of"
+                     f" {time(p.stages * p.step_time_ns, unit)} {billed}-{unit} billed")
     if p.idle_cost_per_hour is not None:
         lines.append(f"idle cost: ${num(p.idle_cost_per_hour)}/hour, ${num(p.idle_cost_per_step, 4)}/step"
-                     + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful GPU-hour"
+                     + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful {billed}-hour"
                         if p.effective_price_per_useful_gpu_hour is not None else ""))
     return lines + [f"note: {n}" for n in p.notes]
 

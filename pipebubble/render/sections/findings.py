@@ -18,14 +18,15 @@ def summary(report: Report) -> str:
 
 
 def items(report: Report, unit: str = "ms") -> list[tuple[str, str]]:
-    """Per finding: its headline (worth per step, share, GPU time, dollars an hour with --gpu-cost; what it is)
+    """Per finding: its headline (worth per step, share, GPU (or CPU) time, dollars an hour with --gpu-cost; what it is)
     and its detail (where, what to try, how the worth was computed)."""
-    return [(_headline(k, f, unit), _detail(f)) for k, f in enumerate(report.findings, 1)]
+    billed = report.billed
+    return [(_headline(k, f, unit, billed), _detail(f)) for k, f in enumerate(report.findings, 1)]
 
 
-def _headline(k: int, f: Finding, unit: str) -> str:
+def _headline(k: int, f: Finding, unit: str, billed: str) -> str:
     worth = [pct(f.worth_share) + " of the step"] if f.worth_share is not None else []
-    worth += [f"{time(f.worth_gpu_ns, unit)} GPU-{unit}"] + ([f"${num(f.cost_per_hour)}/hour"]
+    worth += [f"{time(f.worth_gpu_ns, unit)} {billed}-{unit}"] + ([f"${num(f.cost_per_hour)}/hour"]
                                                             if f.cost_per_hour is not None else [])
     return f"{k}. {time(f.worth_ns, unit)} {unit} a step ({', '.join(worth)}): {f.title}"
 
