@@ -20,6 +20,8 @@ from pipebubble.ingest.json import mend
 from pipebubble.ingest.json.header import header_dict
 
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: A baseTimeNanoseconds written whole: its number ends where a comma, a brace or whitespace at the cut follows.
+_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(-?\d+)(?:\s*[,}]|\s+\Z)')
 _NON_SPACE = re.compile(rb"\S")
 _NOT_ASCII = bytes(range(0x80, 0x100))
 _ANY = msgspec.json.Decoder(msgspec.Raw)
@@ -45,30 +47,50 @@ class _Header(msgspec.Struct):
 _HEADER = msgspec.json.Decoder(_Header)
 
 
-def split_quick(path: Path, data, start: int, end: int) -> tuple[tuple, int, int] | None:
+def split_quick(path: Path, data, start: int, end: int, below: int | None = None) -> tuple[tuple, int, int] | None:
     """Find ``traceEvents: [...]`` without parsing the whole document: the key near the start, the closing
     bracket near the end, checked by decoding the header and trailer around an empty array. The array's
     contents are verified as its blocks decode (``whole`` None marks it unverified).
 
     Writers other than torch put more after the array (metadata with arrays, strings full of brackets):
-    a bracket after which the next few KB cannot be the document's rest is passed over without a decode."""
+    a bracket after which the next few KB cannot be the document's rest is passed over without a decode.
+    ``below``: only brackets before it (the one found before was not the array's end)."""
     match = _ARRAY_KEY.search(data, start, min(end, start + (64 << 20)))
     if match is None:
         return None
-    brackets = itertools.islice(_brackets(data, max(match.end(), end - _TRAILER_BYTES), end), _PEEKS)
+    floor = max(match.end(), end - _TRAILER_BYTES)
+    brackets = itertools.islice(_brackets(data, floor, end, end if below is None else below), _PEEKS)
     for close in itertools.islice((c for c in brackets if _may_close(data, c, end)), _CLOSE_TRIES):
         text = b"".join((data[start : match.start()], b'"traceEvents": []', data[close + 1 : end]))
         try:
             return header_dict(path, _decode_header(text)), match.end(), close
+        except msgspec.DecodeError as exc:
+            if "truncated" not in str(exc):  # damage, or not the array's end: not a trailer cut off
+                continue
+        try:
+            return _cut_trailer(path, data, start, match, close, end), match.end(), close
         except msgspec.DecodeError:
             continue
     return None
 
 
-def _brackets(data, floor: int, end: int) -> Iterator[int]:
-    """Offsets of the ``]`` in ``data[floor:end]`` that ``,`` or ``}`` follows, last first, among the last
+def _cut_trailer(path: Path, data, start: int, match: re.Match, close: int, end: int) -> tuple:
+    """The header of a file cut off after its events array closed (in a trailer such as Kineto's, which
+    holds traceName, displayTimeUnit and baseTimeNanoseconds): every event is there. A baseTimeNanoseconds
+    written whole before the cut is kept; the warning says what was lost."""
+    base = _BASE_TIME.search(data, close + 1, len(data))
+    kept = b', "baseTimeNanoseconds": ' + base.group(1) if base else b""
+    fields, warnings = header_dict(path, _decode_header(
+        b"".join((data[start : match.start()], b'"traceEvents": []', kept, b"}"))))
+    lost = f"{path}: trace cut off after its last event; {len(data) - close - 1} bytes after the events unreadable"
+    if fields.get("base_time_ns") is None:
+        lost += " (if they held its baseTimeNanoseconds, times stay on the profiler's own clock)"
+    return fields, [*warnings, lost]
+
+
+def _brackets(data, floor: int, end: int, stop: int) -> Iterator[int]:
+    """Offsets of the ``]`` in ``data[floor:stop]`` that ``,`` or ``}`` follows, last first, among the last
     ``_CLOSE_SCANS`` of all."""
-    stop = end
     for _ in range(_CLOSE_SCANS):
         close = data.rfind(b"]", floor, stop)
         if close < 0:
@@ -81,17 +103,28 @@ def _brackets(data, floor: int, end: int) -> Iterator[int]:
 
 def _may_close(data, close: int, end: int) -> bool:
     """Whether the text after ``close`` may be what follows the events array: its first ``_PEEK_BYTES``
-    read as the rest of an object."""
+    read as the rest of an object, or as its rest cut off at the file's end right after a whole event."""
     stop = min(end, close + 1 + _PEEK_BYTES)
     rest = bytes(data[close + 1 : stop])
     if stop < end:
         rest = rest.rstrip(_NOT_ASCII)  # a character cut in two by the window is not damage
     text = b"".join((b'{"traceEvents":[]', rest))
     try:
-        _ANY.decode(text)
+        try:
+            _ANY.decode(text)
+        except RecursionError:  # nested past the decoder's limit: read its shape, the deep parts as null
+            text = mend.flatten_deep(text, mend.MAX_DEPTH - 2)[0]
+            _ANY.decode(text)
     except msgspec.DecodeError as exc:
-        return stop < end and mend.is_truncation(exc, len(text) + 1)
+        return (stop < end or _after_an_event(data, close)) and mend.is_truncation(exc, len(text) + 1)
     return True
+
+
+def _after_an_event(data, close: int) -> bool:
+    """Whether the ``]`` at ``close`` follows a whole event (or opens and closes an empty array): the only
+    brackets after which a file cut off at its end may have its events whole and its trailer cut."""
+    before = bytes(data[max(0, close - 64) : close]).rstrip()
+    return before[-1:] in (b"}", b"[")
 
 
 def _decode_header(text) -> _Header:

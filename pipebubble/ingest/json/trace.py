@@ -93,6 +93,11 @@ def opened(path: Path, scratch: Path | None = None) -> Iterator[Opened]:
         yield Opened(mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ), warning, Path(out.name))
 
 
+#: Guesses of the events array's end the quick split makes before the whole document is validated (a
+#: guess is wrong only where the trailer's strings hold ``]}`` and the file is cut off after them).
+QUICK_TRIES = 3
+
+
 def decode(
     path: Path,
     data: bytes,
@@ -119,12 +124,16 @@ def decode(
     if first == b"[":
         whole = end - start >= 2 and data[end - 1 : end] == b"]"
         return _decoded(path, data, ({}, []), start + 1, end - 1 if whole else end, whole, pool, finish, disk)
-    quick = split_quick(path, data, start, end)
-    if quick is not None:
+    below = None
+    for _ in range(QUICK_TRIES):
+        quick = split_quick(path, data, start, end, below)
+        if quick is None:
+            break
         try:
             return _decoded(path, data, *quick, None, pool, finish, disk)
         except Unverified:
-            pass  # the quick split guessed the array's end wrong: validate the whole document instead
+            below = quick[2]  # the quick split guessed the array's end wrong: try the brackets before it
+    # none of them: validate the whole document instead
     header, region, offset, whole = split_object(path, data, start, end)
     return _decoded(path, region, header, 0, len(region), whole, None, finish, None, offset)
 

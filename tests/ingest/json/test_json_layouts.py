@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from pipebubble import spans as span_table
+from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import read_file
 from pipebubble.ingest.json import blocks as jsonblocks
 from pipebubble.ingest.json import chrome
@@ -180,6 +181,43 @@ def test_a_trace_cut_off_mid_event_reads_the_same_whole_events(tmp_path, monkeyp
     assert skipped == {"flow": 2 * STEPS, "metadata": 2, "bad_time": 1}
     assert warnings == [f"FILE: trace cut off; read up to its last whole event, {unread} bytes unreadable"]
     assert processes == {"10": "trainer"} and threads == {"10/11": "main"}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_trace_cut_off_in_its_trailer_reads_every_event(tmp_path, reference, layout):
+    """Cut off after the events array closed (Kineto writes traceName, displayTimeUnit and more after it),
+    at every byte of a trailer full of brackets: every event is read, as from the whole file, and a warning
+    says how many bytes after the events were lost. (Such a file was once refused as malformed.)"""
+    whole = write(tmp_path, layout).read_bytes()
+    close = whole.index(b'"traceName"')
+    close = whole.rindex(b"]", 0, close)
+    frame, skipped, warnings, processes, threads, unread = reference
+    for cut in range(close + 2, len(whole) - 1, 1 if layout == "compact" else 5):  # close + 1: ends with ]
+        path = tmp_path / "cut.json"
+        path.write_bytes(whole[:cut])
+        got = outcome(path)
+        lost = (f"FILE: trace cut off after its last event; {cut - close - 1} bytes after the events unreadable"
+                " (if they held its baseTimeNanoseconds, times stay on the profiler's own clock)")
+        assert_same(got, (frame, skipped, [lost, *warnings], processes, threads, unread))
+
+
+def test_a_trailer_nested_past_the_decoders_depth_is_read_or_refused_never_a_crash(tmp_path):
+    """A value after the events array nested deeper than the decoder goes: whole, it is read; cut off inside
+    it, every event is read with a warning; damaged, a one-line error (a mutated trace once crashed here)."""
+    event = json.dumps({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 5})
+    deep = "[" * 1200 + "]" * 1200
+    head = '{"traceEvents": [' + event + "], "
+    for text, spans, warned in (
+        (head + '"x": ' + deep + "}", 1, False),
+        (head + '"x": ' + deep[:1500], 1, True),
+    ):
+        path = tmp_path / "deep.json"
+        path.write_text(text)
+        result = chrome.read(path)
+        assert result.spans.height == spans and bool(result.warnings) == warned
+    path.write_text(head + '"x": ' + deep + ', "y": [1 2]}')
+    with pytest.raises(TraceFormatError, match="malformed JSON"):
+        chrome.read(path)
 
 
 def test_cuts_land_between_events_on_one_line(tmp_path):

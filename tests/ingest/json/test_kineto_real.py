@@ -7,6 +7,7 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import shared, shared_files
 
@@ -85,3 +86,25 @@ def test_per_rank_folder_reads_every_rank():
     result = load([shared("pipeline_cpu", "gpipe")], use_cache=False)
     assert sorted(result.spans["rank"].unique().to_list()) == [0, 1, 2, 3]
     assert len(result.files) == 4 and not result.warnings
+
+
+@pytest.mark.parametrize("into", [2, 40, 600, -3, -1])
+def test_a_real_trace_cut_off_after_its_events_reads_them_all(tmp_path, into):
+    """Kineto writes more after the events array (the profiler's INFO lines, traceName, displayTimeUnit and,
+    last, baseTimeNanoseconds: 1.3 KB here); a file cut off there has every event, and says what it lost.
+    Cut before the base time was written whole, the times stay on the profiler's own clock, and it says so."""
+    from pipebubble.ingest.json import chrome
+
+    text = gzip.decompress(shared("kineto", "resnet_ddp_a100_nccl_rank0.json.gz").read_bytes())
+    close = text.rindex(b"]", 0, text.index(b'"INFO"'))  # the events array's end
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    whole.write_bytes(text)
+    cut.write_bytes(text[: close + into if into > 0 else len(text) + into])
+    full, partial = chrome.read(whole), chrome.read(cut)
+    base = 0 if into == -1 else full.meta["base_time_ns"]  # -1: only the closing brace is missing
+    moved = full.spans.drop("source").with_columns(pl.col("start", "end") - base)
+    assert partial.spans.drop("source").equals(moved) and partial.meta["unread_bytes"] == 0
+    lost = (f"{cut}: trace cut off after its last event; {cut.stat().st_size - close - 1} bytes after the events"
+            " unreadable")
+    lost += " (if they held its baseTimeNanoseconds, times stay on the profiler's own clock)" if base else ""
+    assert partial.warnings == [*full.warnings, lost]
