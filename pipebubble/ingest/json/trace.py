@@ -93,8 +93,9 @@ def opened(path: Path, scratch: Path | None = None) -> Iterator[Opened]:
         yield Opened(mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ), warning, Path(out.name))
 
 
-#: Guesses of the events array's end the quick split makes before the whole document is validated (a
-#: guess is wrong only where the trailer's strings hold ``]}`` and the file is cut off after them).
+#: Guesses of the events array's end the quick split makes before the whole document is validated (a guess
+#: is wrong where a ``]`` inside the trailer, in a string or a nested array, reads as the array's end: the
+#: rest after it parses as an object's rest, or as one cut off at the file's end).
 QUICK_TRIES = 3
 
 
