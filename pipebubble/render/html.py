@@ -17,9 +17,20 @@ from html import escape
 
 from pipebubble import __version__
 from pipebubble.render import sections
-from pipebubble.render.cells import pct, share, time
+from pipebubble.render.cells import ms, pct, share, time
 from pipebubble.render.choices import TOP
-from pipebubble.render.sections import Table, collectives, findings, gpu_timeline, gputime, memory, requests, timeline
+from pipebubble.render.sections import (
+    Table,
+    collectives,
+    findings,
+    gpu_timeline,
+    gputime,
+    memory,
+    pipeline,
+    requests,
+    serving,
+    timeline,
+)
 from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
 
 COLOURS = {"forward": "#009e73", "backward": "#0072b2", "weight": "#cc79a7", "prefill": "#e69f00",
@@ -79,18 +90,18 @@ def _segment(seg: Segment, origin: int) -> tuple[str, str]:
     chunk = f" chunk {seg.chunk}" if seg.chunk is not None else ""
     step = f" step {seg.step}" if seg.step is not None else ""
     where = seg.lane or f"stage {seg.stage}"
-    title = (f"{where}: {seg.phase}{mb}{chunk}{step}, {sections.ms(seg.start_ns - origin)} ms,"
-             f" {sections.ms(seg.end_ns - seg.start_ns)} ms long")
+    title = (f"{where}: {seg.phase}{mb}{chunk}{step}, {ms(seg.start_ns - origin)} ms,"
+             f" {ms(seg.end_ns - seg.start_ns)} ms long")
     letter = timeline.PHASES.get(seg.phase, timeline.PHASES["other"])[0]
     return title, (letter + str(seg.microbatch)) if seg.microbatch is not None else ""
 
 
 def _wait(w: Wait, origin: int) -> str:
     """A wait's tooltip: how long and where, its cause in words, the peer it waited for, the passes around it."""
-    where = sections.wait_where(w)
-    peer = sections.wait_peer(w)
-    return (f"{where}: {w.cause} wait, {sections.ms(w.dur_ns)} ms at {sections.ms(w.start_ns - origin)} ms"
-            f" — {sections.CAUSES.get(w.cause, w.cause)}" + (f"; waited for {peer}" if peer else "")
+    where = pipeline.wait_where(w)
+    peer = pipeline.wait_peer(w)
+    return (f"{where}: {w.cause} wait, {ms(w.dur_ns)} ms at {ms(w.start_ns - origin)} ms"
+            f" — {pipeline.CAUSES.get(w.cause, w.cause)}" + (f"; waited for {peer}" if peer else "")
             + f"; passes: before {w.before or '-'}, after {w.after or '-'}")
 
 
@@ -211,7 +222,7 @@ def _bar(b: Breakdown, unit: str) -> str:
 
 def _facts(lines: list[str]) -> str:
     def item(line: str) -> str:
-        return f'<li class="miss">{escape(line)}</li>' if line.startswith(sections.SLO_MISSED) else \
+        return f'<li class="miss">{escape(line)}</li>' if line.startswith(serving.SLO_MISSED) else \
             f"<li>{escape(line)}</li>"
 
     return "<ul>" + "".join(item(line) for line in lines) + "</ul>"
@@ -221,7 +232,7 @@ def interference(report: Report) -> list[str]:
     """The serving facts under their heading (their tables are sections of their own)."""
     if report.interference is None:
         return []
-    return ["<h2>Serving: prefill / decode interference</h2>", _facts(sections.interference_facts(report))]
+    return ["<h2>Serving: prefill / decode interference</h2>", _facts(serving.interference_facts(report))]
 
 
 def collective_facts(report: Report, unit: str = "ms") -> list[str]:
@@ -296,7 +307,7 @@ def render(report: Report, *, step: int | None = None, window: tuple[int, int] |
     """The page, its sections in ``sections.SECTIONS`` order; times in ``unit`` (the timeline's in ms), ``top``
     rows of the kernel, API and range tables, every row of the others; ``when``: the date the header shows
     (None: ``generated()``)."""
-    facts = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report, unit)
+    facts = sections.ingest_lines(report) + sections.job_notes(report) + pipeline.header(report, unit)
     drawn = {"facts": lambda: [_facts(facts)],
              "timeline": lambda: ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
              if report.timeline else [],

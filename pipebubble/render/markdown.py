@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from pipebubble.render import sections
 from pipebubble.render.choices import TOP
-from pipebubble.render.sections import Table, collectives, findings, gpu_timeline, gputime, memory, requests, timeline
+from pipebubble.render.sections import (
+    Table,
+    collectives,
+    findings,
+    gpu_timeline,
+    gputime,
+    memory,
+    pipeline,
+    requests,
+    serving,
+    timeline,
+)
 from pipebubble.report import Report
 
 
@@ -29,7 +40,7 @@ def timeline_block(report: Report, width: int, step: int | None, window: tuple[i
 
 def facts(report: Report, unit: str = "ms") -> list[str]:
     """What was read, the job's notes and the pipeline's header, one list item each."""
-    lines = sections.ingest_lines(report) + sections.job_notes(report) + sections.header(report, unit)
+    lines = sections.ingest_lines(report) + sections.job_notes(report) + pipeline.header(report, unit)
     return [f"- {line}" for line in lines] + [""]
 
 
@@ -88,7 +99,7 @@ def interference(report: Report) -> list[str]:
     if report.interference is None:
         return []
     return ["### Serving: prefill / decode interference", "",
-            *(f"- {fact}" for fact in sections.interference_facts(report)), ""]
+            *(f"- {fact}" for fact in serving.interference_facts(report)), ""]
 
 
 def render(report: Report, width: int = 100, *, step: int | None = None, window: tuple[int, int] | None = None,

@@ -21,7 +21,17 @@ from rich.text import Text
 from pipebubble.render import cells, sections
 from pipebubble.render.choices import TOP
 from pipebubble.render.sections import Table as Section
-from pipebubble.render.sections import collectives, findings, gpu_timeline, gputime, memory, requests, timeline
+from pipebubble.render.sections import (
+    collectives,
+    findings,
+    gpu_timeline,
+    gputime,
+    memory,
+    pipeline,
+    requests,
+    serving,
+    timeline,
+)
 from pipebubble.report import Report
 
 NARROW = 100  # below this width the utilization bars get shorter
@@ -210,7 +220,7 @@ def timeline_block(report: Report, width: int, *, step: int | None, window: tupl
                    lanes: bool) -> RenderableType:
     grid = timeline.build(report, width, step=step, window=window, lanes=lanes)
     title = "Timeline" + (f" (step {step})" if step is not None else "") + (
-        f" ({sections.ms(grid.start_ns - grid.origin_ns)} to {sections.ms(grid.end_ns - grid.origin_ns)} ms)"
+        f" ({cells.ms(grid.start_ns - grid.origin_ns)} to {cells.ms(grid.end_ns - grid.origin_ns)} ms)"
         if window is not None else "")
     lines = [Text(title, style="bold")]
     for row in grid.rows:
@@ -237,7 +247,7 @@ def _row_text(row: timeline.Row, label_width: int) -> Text:
 
 
 def header_block(report: Report, width: int, unit: str = "ms") -> RenderableType:
-    lines = sections.header(report, unit)
+    lines = pipeline.header(report, unit)
     return Group(*(prose([line], width, "bold" if i == 0 else "") for i, line in enumerate(lines)))
 
 
@@ -268,7 +278,7 @@ def interference_block(report: Report, width: int) -> list[RenderableType]:
     if report.interference is None:
         return []
     facts = [Text("Serving: prefill / decode interference", style="bold")]
-    return [Group(*facts, prose(sections.interference_facts(report), width))]
+    return [Group(*facts, prose(serving.interference_facts(report), width))]
 
 
 def gpu_timeline_block(report: Report, width: int) -> list[RenderableType]:

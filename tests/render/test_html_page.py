@@ -29,7 +29,8 @@ from test_render import (
 )
 
 from pipebubble import __version__
-from pipebubble.render import html, render, sections
+from pipebubble.render import html, render
+from pipebubble.render.sections import pipeline
 
 CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chrome")
                  if (found := shutil.which(name))), None)
@@ -124,7 +125,7 @@ def test_each_wait_cause_and_phase_has_its_own_colour():
     assert len(set(html.COLOURS.values())) == len(html.COLOURS)
     assert html.WAIT_COLOURS["fill"] != html.WAIT_COLOURS["drain"]
     assert html.WAIT_COLOURS["upstream"] != html.WAIT_COLOURS["downstream"]
-    assert set(html.WAIT_COLOURS) == set(sections.CAUSES)
+    assert set(html.WAIT_COLOURS) == set(pipeline.CAUSES)
     text = render(gpipe_report(), "html")
     for cause in ("fill", "downstream", "upstream", "comm"):
         assert f'<i style="background:{html.WAIT_COLOURS[cause]};height:6px"></i>wait: {cause}' in text

@@ -25,7 +25,7 @@ from test_render import (
 
 from pipebubble import spans as span_schema
 from pipebubble.render import perfetto, render, sections, terminal
-from pipebubble.render.sections import collectives
+from pipebubble.render.sections import collectives, pipeline
 from pipebubble.report import Report, Wait
 
 DOCUMENTS = ("text", "markdown", "html")
@@ -71,14 +71,14 @@ def test_terminal_caps_the_rank_table_and_the_documents_list_every_rank():
 
 
 def test_waits_without_a_stage_show_the_rank_and_who_was_waited_for():
-    table = sections.wait_table(collectives_report(), T0)
+    table = pipeline.wait_table(collectives_report(), T0)
     assert table.columns[-1] == "waited for"
     assert table.rows[0] == ["rank 0", "40.00", "9.50", "collective", "aten::mm", "ncclDevKernel_AllReduce",
                              "rank 7"]
     assert table.rows[2][0] == "rank 2" and table.rows[2][-1] == "-"  # a host wait: nobody to wait for
     lone = Wait(None, T0, MS, "collective", None, None, lane="rank9/gpu0")  # no rank known: the lane says where
-    assert sections.wait_table(Report(waits=[lone]), T0).rows[0][0] == "rank9/gpu0"
-    assert "waited for" not in sections.wait_table(gpipe_report(), T0).columns  # pipeline waits: no such column
+    assert pipeline.wait_table(Report(waits=[lone]), T0).rows[0][0] == "rank9/gpu0"
+    assert "waited for" not in pipeline.wait_table(gpipe_report(), T0).columns  # pipeline waits: no such column
     assert "| rank 0 | 40.00 | 9.50 | collective | aten::mm | ncclDevKernel_AllReduce | rank 7 |" in render(
         collectives_report(), "markdown")
 
@@ -104,13 +104,13 @@ def test_headline_says_evidence_and_both_bounds(fmt):
 
 def test_unknown_parts_of_the_headline_are_left_out():
     pipe = replace(gpipe_report().pipeline, evidence=[], throughput_bound_with_comm=0.0, pipeline_efficiency=None)
-    lines = sections.header(replace(gpipe_report(), pipeline=pipe))
+    lines = pipeline.header(replace(gpipe_report(), pipeline=pipe))
     assert not any(line.startswith("pipeline evidence") for line in lines)
     assert "throughput: compute-only bound 47.62 steps/s" in lines and "efficiency" not in " ".join(lines)
 
 
 def test_current_row_of_the_what_if_shows_the_replay_against_the_measured_step():
-    table = sections.recommendation_table(gpipe_report())
+    table = pipeline.recommendation_table(gpipe_report())
     current = next(row for row in table.rows if row[0].startswith("current"))
     assert current[-1] == "[2]"
     assert table.notes[1] == ("current: replay 20.00 ms vs measured 23.60 ms (−15.3%); speedups are against the"
@@ -118,7 +118,7 @@ def test_current_row_of_the_what_if_shows_the_replay_against_the_measured_step()
     for fmt in DOCUMENTS:
         assert "replay 20.00 ms vs measured 23.60 ms (−15.3%)" in render(gpipe_report(), fmt, width=200)
     unreplayed = replace(gpipe_report().pipeline, replay_error=None)
-    table = sections.recommendation_table(replace(gpipe_report(), pipeline=unreplayed))
+    table = pipeline.recommendation_table(replace(gpipe_report(), pipeline=unreplayed))
     assert len(table.notes) == 1 and all(row[-1] != "[2]" for row in table.rows)
 
 

@@ -27,7 +27,7 @@ from test_render import (
 )
 
 from pipebubble.render import cells, render, sections, terminal
-from pipebubble.render.sections import Table, timeline
+from pipebubble.render.sections import Table, pipeline, timeline
 
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(%|x)?$")
 
@@ -100,7 +100,7 @@ def test_a_column_left_out_is_named_and_the_least_useful_go_first():
 @pytest.mark.parametrize("name", ["gpipe", "interleaved"])
 def test_the_stage_columns_add_up_to_the_window_and_comm_is_inside_the_idle(name):
     report = REPORTS[name]()
-    section = sections.stage_table(report, bar_width=0)
+    section = pipeline.stage_table(report, bar_width=0)
     assert section.columns[1:7] == ["busy", "+ fill", "+ drain", "+ steady idle", "= window", "comm in idle"]
     assert "comm in idle: the part of that idle spent communicating, not added again" in section.title
     for row, stage in zip(section.rows, report.stages, strict=True):
