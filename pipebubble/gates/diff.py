@@ -11,6 +11,7 @@ from typing import Any
 
 from pipebubble.gates.names import by_name, paired_names, stable_name, streams_note, wait_label
 from pipebubble.gates.requests import percentile_pairs
+from pipebubble.report.ingest import billed
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ PIPELINE_METRICS = (("bubble_fraction", "bubble", "fraction", "higher"),
                     ("step_time_ns", "step time", "ns", "higher"),
                     ("stage_time_cv", "stage time CV", "ratio", "higher"),
                     ("imbalance", "imbalance", "ratio", "higher"),
-                    ("idle_gpu_ns_per_step", "idle GPU time per step", "ns", "higher"),
+                    ("idle_gpu_ns_per_step", "idle {} time per step", "ns", "higher"),
                     ("pipeline_efficiency", "pipeline efficiency", "fraction", "lower"))
 STAGE_METRICS = (("busy_ns", "busy"), ("comm_ns", "exposed comm"), ("fill_ns", "fill"), ("drain_ns", "drain"),
                  ("idle_ns", "idle"))
@@ -113,10 +114,12 @@ def _pipeline_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> N
         if a is not b:
             unmatched.append(f"pipeline only in the {'base' if b is None else 'new'} report")
         return
+    device = billed([lane.get("kind") for lane in base.get("lanes") or []])  # "idle CPU time" for CPU ranks
     for key, label, unit, worse in PIPELINE_METRICS:
         if a.get(key) is not None and b.get(key) is not None:
-            deltas.append(judge(label, float(a[key]), float(b[key]), unit, tolerance, scale=1.0 if unit != "ns"
-                                else float(a.get("step_time_ns") or 0), worse=worse, key=f"pipeline.{key}"))
+            scale = 1.0 if unit != "ns" else float(a.get("step_time_ns") or 0)
+            deltas.append(judge(label.format(device), float(a[key]), float(b[key]), unit, tolerance, scale=scale,
+                                worse=worse, key=f"pipeline.{key}"))
 
 
 def _stage_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:

@@ -25,7 +25,7 @@ from pipebubble.report.collectives import (  # noqa: F401 (the report's)
 )
 from pipebubble.report.critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
 from pipebubble.report.findings import Finding, Where  # noqa: F401 (the report's)
-from pipebubble.report.ingest import ClockOffset, IngestSummary, Lane  # noqa: F401 (the report's)
+from pipebubble.report.ingest import ClockOffset, IngestSummary, Lane, billed  # noqa: F401 (the report's)
 from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report.pipeline import (  # noqa: F401 (the report's)
     Pipeline,
@@ -72,7 +72,7 @@ class Report:
         """What the ``*_gpu_ns`` figures (idle per step, a finding's worth) count: ``"GPU"``, or ``"CPU"`` for a
         job whose lanes hold no GPU (a pipeline of CPU ranks on gloo), whose stages' time is CPU time. The JSON
         keys keep their names."""
-        return "CPU" if self.lanes and not any(lane.kind == "gpu" for lane in self.lanes) else "GPU"
+        return billed([lane.kind for lane in self.lanes])
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:

@@ -55,3 +55,9 @@ class Lane:
     @property
     def idle_fraction(self) -> float:
         return self.idle_ns / self.window_ns if self.window_ns else 0.0
+
+
+def billed(kinds: list[str]) -> str:
+    """What a job's ``*_gpu_ns`` figures count, given its lanes' kinds: ``"GPU"``, or ``"CPU"`` for a job whose
+    lanes hold no GPU (a pipeline of CPU ranks on gloo), whose stages' time is CPU time."""
+    return "CPU" if kinds and "gpu" not in kinds else "GPU"

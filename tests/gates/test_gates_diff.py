@@ -134,7 +134,16 @@ def test_a_slower_kernel_and_more_idle_gpu_regress(tmp_path):
     slow = report(gpu_pipeline(tmp_path / "slow", (10_000, 15_000, 10_000, 10_000)))
     names = {d.metric for d in diff(base, slow, 0.05).regressions}
     assert "kernel gemm_F total" in names and "kernel gemm_B total" in names
-    assert {"lane rank0/gpu0 idle", "step time"} <= names
+    assert {"lane rank0/gpu0 idle", "step time", "idle GPU time per step"} <= names
+
+
+def test_a_cpu_pipeline_bills_cpu_time():
+    """The idle per step of a pipeline of CPU ranks (gloo, no GPU lane) is CPU time, as the report says."""
+    base = report(ROOT / "sample_traces" / "pipeline_1f1b")
+    slow = report(ROOT / "sample_traces" / "pipeline_1f1b_imbalanced")
+    names = {d.metric: d for d in diff(base, slow, 0.05).deltas}
+    assert "idle CPU time per step" in names and "idle GPU time per step" not in names
+    assert names["idle CPU time per step"].key == "pipeline.idle_gpu_ns_per_step"
 
 
 def test_structure_only_in_one_report_is_unmatched_and_fails_with_strict(tmp_path):
