@@ -68,13 +68,13 @@ def split_quick(path: Path, data, start: int, end: int, below: int | None = None
             if "truncated" not in str(exc):  # damage, or not the array's end: not a trailer cut off
                 continue
         try:
-            return _cut_trailer(path, data, start, match, close, end), match.end(), close
+            return _cut_trailer(path, data, start, match, close), match.end(), close
         except msgspec.DecodeError:
             continue
     return None
 
 
-def _cut_trailer(path: Path, data, start: int, match: re.Match, close: int, end: int) -> tuple:
+def _cut_trailer(path: Path, data, start: int, match: re.Match, close: int) -> tuple:
     """The header of a file cut off after its events array closed (in a trailer such as Kineto's, which
     holds traceName, displayTimeUnit and baseTimeNanoseconds): every event is there. A baseTimeNanoseconds
     written whole before the cut is kept; the warning says what was lost."""
