@@ -8,8 +8,9 @@ Definitions (per GPU lane, over a window W):
   compute = |U compute|, comm = |U comm|, comm_exposed = |U(comm + compute)| - compute,
   memory = |U memory|, memory_exposed = |U all| - |U(compute + comm)|, idle = |W| - |U all|,
 so compute + comm_exposed + memory_exposed + idle = |W|. The whole-window row spans the lane's first to
-last GPU-work instant; a step row spans one ``ProfilerStep#N`` CPU range of the lane's rank, with the work
-clipped to it.
+last GPU-work instant; a step row spans one ``ProfilerStep#N`` of the lane's rank as the GPU lives it (its CPU
+range extended to the end of the GPU work launched inside it, begun no earlier than the step before ended),
+with the work clipped to it.
 
 Time rules (as pipebubble's reader applies them, reproduced from the text):
   Kineto ``ts``/``dur`` are decimal µs; ``ts`` is relative to ``baseTimeNanoseconds`` when the header has
@@ -39,6 +40,8 @@ GPU_CATEGORIES = {
 }  # fmt: skip
 #: Categories whose events sit on a device (a ``ProfilerStep#`` there is the GPU's copy, not the CPU range).
 _ON_DEVICE = {*GPU_CATEGORIES, "gpu_user_annotation", "cuda_sync"}
+#: Categories of the host calls that launch GPU work (they carry its correlation id).
+_LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _BIG_US = 2**43
 # CUpti_ActivityMemcpyKind (cupti_activity.h), as pipebubble names a memcpy: "Memcpy HtoD".
@@ -64,14 +67,17 @@ class Op:
     cls: str
     start: int
     end: int
+    correlation: int | None = None
 
 
 @dataclass
 class Job:
-    """GPU operations of every file, and each rank's ``ProfilerStep#N`` windows (step -> (start, end))."""
+    """GPU operations of every file, each rank's ``ProfilerStep#N`` CPU ranges (step -> (start, end)) and the
+    start of each launching call, per rank, by correlation id."""
 
     ops: list[Op] = field(default_factory=list)
     steps: dict[int | None, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    launches: dict[int | None, dict[int, int]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- time text
@@ -120,6 +126,7 @@ def read_kineto(path: Path, position: int = 0, job: Job | None = None) -> Job:
     base = int(doc.get("baseTimeNanoseconds") or 0) if isinstance(doc, dict) else 0
     rank = kineto_rank(doc, path, position)
     steps = job.steps.setdefault(rank, {})
+    launches = job.launches.setdefault(rank, {})
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X" or e.get("ts") is None or e.get("dur") is None:
             continue
@@ -127,14 +134,41 @@ def read_kineto(path: Path, position: int = 0, job: Job | None = None) -> Job:
         name = e.get("name") or ""
         start = ts_ns(e["ts"]) + base
         end = start + dur_ns(e["dur"])
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        corr = args.get("correlation")
+        corr = corr if isinstance(corr, int) else None
         if cat in GPU_CATEGORIES:
             kind = GPU_CATEGORIES[cat]
             cls = ("comm" if _COMM.search(name) else "compute") if kind == "kernel" else kind
             device = int(e["pid"])
-            job.ops.append(Op(f"rank{rank}/gpu{device}", rank, None, device, e.get("tid"), name, cls, start, end))
+            job.ops.append(Op(f"rank{rank}/gpu{device}", rank, None, device, e.get("tid"), name, cls, start, end,
+                              corr))
+        elif cat in _LAUNCH_CATEGORIES and corr is not None:
+            launches.setdefault(corr, start)
         elif name.startswith("ProfilerStep#") and cat not in _ON_DEVICE:
             steps[int(name.split("#", 1)[1])] = (start, end)
     return job
+
+
+def gpu_steps(job: Job, rank: int | None) -> dict[int, tuple[int, int]]:
+    """The rank's steps as the GPU lives them: each CPU range extended to the end of the GPU work launched
+    inside it, and begun no earlier than the step before ended (ARCHITECTURE.md, "Step")."""
+    cpu = sorted(job.steps.get(rank, {}).items(), key=lambda kv: kv[1])
+    launches = job.launches.get(rank, {})
+    ends = [hi for _, (_, hi) in cpu]
+    for op in job.ops:
+        at = launches.get(op.correlation) if op.rank == rank and op.correlation is not None else None
+        if at is None:
+            continue
+        for k, (_, (lo, hi)) in enumerate(cpu):
+            if lo <= at < hi:
+                ends[k] = max(ends[k], op.end)
+    out, before = {}, None
+    for k, (step, (lo, _)) in enumerate(cpu):
+        start = lo if before is None else max(lo, before)
+        out[step] = (start, max(ends[k], start))
+        before = ends[k] if before is None else max(before, ends[k])
+    return out
 
 
 def read_nsys(path: Path, job: Job | None = None) -> Job:
@@ -255,7 +289,7 @@ def breakdown(job: Job, ops: list[Op] | None = None) -> dict[tuple[str, int | No
     for lane, mine in lanes.items():
         lo, hi = min(o.start for o in mine), max(o.end for o in mine)
         out[(lane, None)] = row(mine, lo, hi)
-        for step, (s_lo, s_hi) in job.steps.get(mine[0].rank, {}).items():
+        for step, (s_lo, s_hi) in gpu_steps(job, mine[0].rank).items():
             out[(lane, step)] = row(mine, s_lo, s_hi)
     return out
 

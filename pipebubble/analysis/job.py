@@ -85,8 +85,9 @@ def reduce_job(
         if total > len(spins):
             notes.append(f"waits: the {len(spins):,} longest of {total:,} collective waits listed")
     windows = [c.windows for c in comm_parts if c.windows.height]
-    late = late_ranks(pl.concat(windows, how="vertical_relaxed"), matched) if windows and matched.height else []
-    paths = critical_paths(critical_parts, matched if matched.height else None) if critical_parts else []
+    pairs = section.pairs if section.pairs is not None and section.pairs.height else None
+    late = late_ranks(pl.concat(windows, how="vertical_relaxed"), matched, pairs) if windows and matched.height else []
+    paths = critical_paths(critical_parts, matched if matched.height else None, pairs) if critical_parts else []
     return JobSection(replace(section, waits=waits), collectives, waits, notes, late, paths)
 
 

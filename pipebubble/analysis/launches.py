@@ -18,10 +18,10 @@ OP_KEY = [*EVENT_KEY, "correlation"]
 
 def launch_calls(spans: pl.DataFrame, name: str | None = None) -> pl.DataFrame:
     """Runtime calls that carry a correlation id: source, correlation, ``at_pid``, ``at_lane``, ``at`` (the
-    call's start) and, given ``name``, the call's name under that column."""
+    call's start), ``at_end`` (its return) and, given ``name``, the call's name under that column."""
     extra = {name: pl.col("name")} if name else {}
     return spans.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
-        "source", "correlation", at_pid="pid", at_lane="lane", at="start", **extra
+        "source", "correlation", at_pid="pid", at_lane="lane", at="start", at_end="end", **extra
     )
 
 

@@ -4,7 +4,7 @@
 Columns are the JSON report's keys, with each time's ``_ns`` replaced by the unit it is written in
 (``--timeunit``: ``total_ms``); times are exact decimals of the report's integer nanoseconds (means to the
 thousandth of a ns), fractions as they are (0.25 = 25 %); no thousands separators; unknown is an empty cell. A
-mapping becomes one column per key (``idle_causes`` → ``idle_host_launch_ms`` ...), a list one cell joined by
+mapping becomes one column per key (``idle_causes`` → ``idle_sync_stall_ms`` ...), a list one cell joined by
 ``;``. Lanes add their ``window`` and ``idle_fraction``.
 """
 
@@ -18,7 +18,6 @@ from decimal import Decimal
 from typing import Any
 
 from pipebubble.render.cells import per
-from pipebubble.render.sections.gputime import CAUSES
 from pipebubble.report import (
     Breakdown,
     KernelStat,
@@ -30,6 +29,7 @@ from pipebubble.report import (
     Stage,
     Wait,
 )
+from pipebubble.report.idle import CAUSES
 
 # name: (the item's dataclass, the report's items, JSON names of fields that differ, properties added)
 TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
@@ -77,7 +77,7 @@ def _subkeys(rows: list, key: str) -> list[str]:
 def _names(key: str, renamed: dict[str, str], subkeys: list[str] | None, unit: str) -> list[str]:
     if subkeys is None:
         return [_unit_name(renamed.get(key, key), unit)]
-    prefix = key.removesuffix("_causes")  # idle_causes -> idle_host_launch_ns
+    prefix = key.removesuffix("_causes")  # idle_causes -> idle_sync_stall_ns
     return [_unit_name(f"{prefix}_{sub}_ns", unit) for sub in subkeys]
 
 

@@ -254,7 +254,7 @@ def gpu_timeline_section(report: Report) -> list[str]:
     if report.strips is None:
         return []
     return ["<h2>GPU timeline</h2>", gpu_timeline.svg(report.strips, findings.marks(report)),
-            gpu_timeline.legend_html()]
+            gpu_timeline.legend_html(report.strips)]
 
 
 def requests_section(report: Report, unit: str = "ms") -> list[str]:

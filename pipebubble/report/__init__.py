@@ -25,6 +25,7 @@ from pipebubble.report.collectives import (  # noqa: F401 (the report's)
 )
 from pipebubble.report.critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
 from pipebubble.report.findings import Finding, Where  # noqa: F401 (the report's)
+from pipebubble.report.idle import IdleCause  # noqa: F401 (the report's)
 from pipebubble.report.ingest import ClockOffset, IngestSummary, Lane, billed  # noqa: F401 (the report's)
 from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report.pipeline import (  # noqa: F401 (the report's)
@@ -65,6 +66,8 @@ class Report:
     # each step's critical path across ranks; only the median step's keeps its segments
     critical_path: list[CriticalPath] = field(default_factory=list)
     requests: Requests | None = None  # served requests (OTLP / Jaeger spans, or an engine's request events)
+    # the idle account per GPU, cause, operator and call, whole window (``analysis/idle``)
+    idle: list[IdleCause] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -14,7 +14,8 @@ class Breakdown:
     kernels; ``comm_ns`` = union of communication kernels; ``comm_exposed_ns`` = communication not under
     compute; ``memory_ns`` = union of memcpy/memset, ``memory_exposed_ns`` = that under neither;
     ``idle_ns`` = window − union of all GPU work. compute + exposed comm + exposed memory + idle = window,
-    exactly. ``idle_causes`` splits idle (host_launch, sync, peer, other; they add up to ``idle_ns``);
+    exactly. ``idle_causes`` splits idle by the idle account's causes (``report.idle.CAUSES``; they add up to
+    ``idle_ns``);
     ``overlap`` is the share of communication hidden under compute (None without communication)."""
 
     lane: str
@@ -74,9 +75,60 @@ class CallStat:
 
 
 @dataclass(frozen=True)
+class StreamStat:
+    """GPU operations of one lane, stream, class (``kind``: compute, comm, memcpy, memset) and ``tag`` (a
+    copy's direction and host memory as its name says them, ``HtoD pageable``, ``DtoD``; ``layout`` for a
+    layout-conversion kernel; else null): count and total time, and how many ran under ``Host.short_kernel_ns``
+    (``tiny``, their time ``tiny_ns``; kernels only)."""
+
+    lane: str
+    stream: int | None
+    kind: str
+    tag: str | None
+    count: int
+    total_ns: int
+    tiny: int = 0
+    tiny_ns: int = 0
+
+
+@dataclass(frozen=True)
+class LaneGaps:
+    """One GPU's idle between two consecutive kernels that both ran under ``Host.short_kernel_ns``: ``count``
+    gaps of ``total_ns``, each at most ``max_gap_ns`` (a longer gap is another cause's)."""
+
+    lane: str
+    count: int
+    total_ns: int
+    max_gap_ns: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class ThreadCall:
+    """A host thread's start-up calls (context, module, library, handle creation; allocations and frees) and
+    framework markers (DDP, FSDP, TorchRec, CUDA-graph replays) by name: count, total, and ``inside_ns``, the
+    time within its rank's (or process's) GPU window, first to last GPU operation."""
+
+    lane: str
+    name: str
+    count: int
+    total_ns: int
+    inside_ns: int
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the findings read that the unions do not keep (``analysis/breakdown/facts``)."""
+
+    streams: list[StreamStat] = field(default_factory=list)
+    tiny_gaps: list[LaneGaps] = field(default_factory=list)
+    calls: list[ThreadCall] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Host:
     """The host side: runtime API calls, launch delay (a launch call's start to its kernel's start),
-    kernels shorter than ``short_kernel_ns``, and annotation (NVTX) ranges."""
+    kernels shorter than ``short_kernel_ns``, and annotation (NVTX) ranges; ``facts``: per GPU stream and
+    host thread, what the findings read."""
 
     api: list[CallStat] = field(default_factory=list)
     ranges: list[CallStat] = field(default_factory=list)
@@ -87,3 +139,4 @@ class Host:
     short_kernels: int = 0
     short_kernel_ns: int = 10_000
     ranges_total: int = 0  # distinct range names (``ranges`` lists the 1,000 with the most time)
+    facts: Facts = field(default_factory=Facts)

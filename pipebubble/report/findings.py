@@ -17,6 +17,7 @@ THRESHOLD = 0.01
 
 #: Kinds of finding, as ``kind`` names them.
 KINDS = (
+    "warmup_profile",  # the profile holds the job's start-up (context, modules, first allocations)
     "too_few_microbatches",  # the bubble a larger m would take back
     "imbalance",  # the slowest stage sets the pace
     "schedule",  # another schedule replays shorter
@@ -24,7 +25,14 @@ KINDS = (
     "late_rank",  # the rank the others wait for at collectives, and why it is late
     "exposed_comm",  # DP/FSDP/EP communication not overlapped with compute
     "launch_bound",  # GPU idle waiting for the host to launch (short kernels, launch delay)
-    "sync_stall",  # GPU idle while the host waits in a synchronize
+    "sync_stall",  # GPU idle while the host waits in a synchronize, and refills the queue after it
+    "blocking_copy",  # GPU idle while the host is in a copy that returns once done (pageable memory)
+    "allocator",  # GPU idle while the host is in cudaMalloc / cudaFree
+    "cpu_bound",  # GPU idle while the launching thread runs operators or Python
+    "exposed_copy",  # memcpy time no compute or communication hides (direction, pageable or pinned)
+    "comm_on_compute_stream",  # NCCL/RCCL kernels on the compute stream: no overlap by construction
+    "tiny_kernels",  # GPU idle between kernels under 10 µs (launch overhead)
+    "layout_conversion",  # cuDNN NCHW <-> NHWC conversions that channels_last removes
     "data_loader",  # a rank's step held back by its data loader
     "interference",  # prefill/decode interference in serving
     "memory",  # the best what-if does not fit in memory

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: A bin's classes, in order: compute, exposed comm, exposed memory, then idle by cause (breakdown's CAUSES).
-CLASSES = ("compute", "comm", "memory", "host_launch", "sync", "peer", "other")
+from pipebubble.report.idle import CAUSES
+
+#: A bin's classes, in order: compute, exposed comm, exposed memory, then idle by cause (the idle account's).
+CLASSES = ("compute", "comm", "memory", *CAUSES)
 
 
 @dataclass(frozen=True)

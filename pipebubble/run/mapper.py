@@ -60,10 +60,11 @@ def map_spans(result: FileResult, options: Options) -> FilePart:
     if result.meta.get("spill"):
         return _map_spilled(result, options)
     spans = result.spans
-    given = gpu_inputs(spans)  # read by the breakdown and the strips both
+    given = gpu_inputs(spans, options.serving.step_regex)  # read by the breakdown and the strips both
     return _part(result, options, lanes_part(spans, options), comm_part(spans, options),
                  breakdown_with(spans, options, given),
-                 strips=strip_bins(spans, options.serving.step_regex, given=given))
+                 strips=strip_bins(spans, options.serving.step_regex, given=given),
+                 critical=critical_part(spans, options.serving.step_regex, given.steps))
 
 
 #: Not computed yet: ``_part`` computes it from the file's spans.
@@ -122,16 +123,16 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
             together = [k for k in together if ranks[k] not in shared]
             spans = spans.filter(~pl.col("rank").is_in(list(shared)))
     if len(together) > 1:
-        given = gpu_inputs(spans)  # read by the breakdown and the strips both
+        given = gpu_inputs(spans, options.serving.step_regex)  # read by the breakdown and the strips both
         lanes, comm = lanes_part(spans, options), comm_part(spans, options)
         gpu = breakdown_with(spans, options, given)
         stages = stages_parts(spans, options, {ranks[k]: results[k].meta for k in together})
         engines = serving_ranks(spans, options)
         lane_rows, calls, p2p = _by(lanes, "rank"), _by(comm.calls, "who"), _by(comm.p2p, "who")
-        windows = _by(comm.windows, "who")
+        windows, idle = _by(comm.windows, "who"), _by(gpu.idle, "rank")
         strips, critical = _by(strip_bins(spans, options.serving.step_regex, given=given), "rank"), critical_part(
-            spans, options.serving.step_regex)
-        nodes, blocks, steps = (_by(critical.nodes, "who"), _by(critical.blocks, "who"), _by(critical.steps, "who"))
+            spans, options.serving.step_regex, given.steps)
+        critical_of = critical.by_participant()
         served = has_request_events(spans)  # looked for once over the batch, not once a file
         no_bins = empty_bins()
         for n, k in enumerate(together):
@@ -141,11 +142,10 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
                 CommPart(calls.get(rank, comm.calls.clear()),
                          comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []},
                          p2p.get(rank, comm.p2p.clear()), windows.get(rank, comm.windows.clear())),
-                _gpu_share(gpu, rank, first), stages.get(rank, _ALONE),
+                _gpu_share(gpu, rank, first, idle.get(rank)), stages.get(rank, _ALONE),
                 _ALONE if engines is None or rank in engines else (None, []),
                 strips.get(rank, no_bins),
-                CriticalPart(nodes.get(rank, critical.nodes.clear()), blocks.get(rank, critical.blocks.clear()),
-                             steps.get(rank, critical.steps.clear())),
+                critical_of.get(rank, critical.cleared()),
                 _ALONE if served or results[k].requests is not None else None,
             )
     return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
@@ -172,13 +172,16 @@ def _only_rank(result: FileResult) -> int | None:
     return int(spans["rank"][0]) if spans["rank"].n_unique() == 1 else None
 
 
-def _gpu_share(gpu: GpuPart, rank: int, first: bool) -> GpuPart:
-    """One rank's breakdown rows; the summaries' partial sums with the first file, empty with the others."""
+def _gpu_share(gpu: GpuPart, rank: int, first: bool, idle: pl.DataFrame | None) -> GpuPart:
+    """One rank's breakdown rows and idle account (``idle``: its rows of the batch's); the summaries' partial
+    sums with the first file, empty with the others."""
     rows = [row for row in gpu.rows if row.rank == rank]
+    idle = gpu.idle.clear() if idle is None else idle
     if first:
-        return replace(gpu, rows=rows)
+        return replace(gpu, rows=rows, idle=idle)
     frames = {k: getattr(gpu, k).clear() for k in GpuPart.FRAMES}
-    return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0, **frames)
+    return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0,
+                   **{**frames, "idle": idle})
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:

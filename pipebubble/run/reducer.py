@@ -16,6 +16,7 @@ import polars as pl
 from pipebubble.analysis import breakdown as bd
 from pipebubble.analysis.breakdown.strips import empty_bins, job_strips
 from pipebubble.analysis.critical import median_path
+from pipebubble.analysis.idle import top_rows
 from pipebubble.analysis.job import reduce_job
 from pipebubble.analysis.lanes import sort_lanes
 from pipebubble.analysis.memory import memory_report
@@ -96,6 +97,7 @@ def _reduced(parts: list[FilePart], options: Options) -> Report:
         strips=_strips([p.strips for p in parts if p.strips is not None]),
         critical_path=_with_median_segments(job.critical),
         requests=_requests([p.requests for p in parts if p.requests is not None]),
+        idle=top_rows([p.gpu.idle for p in parts if p.gpu is not None]),
     )
     late = None if unbinned else job.late  # a spilled rank not read whole has no arrivals' windows
     return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=late))

@@ -15,6 +15,7 @@ from pipebubble.report import (
     Collectives,
     Episode,
     Host,
+    IdleCause,
     Interference,
     Pipeline,
     Recommendation,
@@ -111,32 +112,39 @@ def gpu(lane: str, step: int | None, window: int, compute: int, exposed: int, ca
 
 def test_breakdown_findings_per_step():
     rows = [  # step 1: gpu0 busy 80, gpu1 busy 70; step 2: gpu1 busiest (busy 90 against 60)
-        gpu("r0/gpu0", 1, 100, 60, 20, {"host_launch": 12, "sync": 8}),
-        gpu("r1/gpu1", 1, 98, 60, 10, {"host_launch": 20, "sync": 8}),
-        gpu("r0/gpu0", 2, 120, 50, 10, {"host_launch": 60}),
-        gpu("r1/gpu1", 2, 110, 75, 15, {"host_launch": 14, "sync": 6}),
-        gpu("r0/gpu0", None, 230, 110, 30, {"host_launch": 72, "sync": 8}),  # whole window: not a step
+        gpu("r0/gpu0", 1, 100, 60, 20, {"launch": 12, "sync_stall": 8}),
+        gpu("r1/gpu1", 1, 98, 60, 10, {"launch": 20, "sync_stall": 8}),
+        gpu("r0/gpu0", 2, 120, 50, 10, {"launch": 60, "cpu_ops": 4}),
+        gpu("r1/gpu1", 2, 110, 75, 15, {"launch": 14, "sync_stall": 6, "cpu_ops": 3, "python": 2}),
+        gpu("r0/gpu0", None, 230, 110, 30, {"launch": 72, "sync_stall": 8}),  # whole window: not a step
     ]
     host = Host(api=[CallStat("cudaStreamSynchronize", 10, 30 * MS, 3e6, 5 * MS),
                      CallStat("cudaMemcpyAsync", 5, MS, 2e5, MS)], launches=100, short_kernels=40,
                 launch_delay_median_ns=20_000.0)
-    found = by_kind(Report(breakdown=rows, host=host))
+    idle = [IdleCause("r1/gpu1", 1, "sync_stall", "aten::item", "cudaStreamSynchronize", 14 * MS, 3),
+            IdleCause("r1/gpu1", 1, "cpu_ops", "aten::index", None, 3 * MS, 2)]
+    found = by_kind(Report(breakdown=rows, host=host, idle=idle))
     step = (100 + 120) * MS // 2  # each step's longest window, the mean
     assert found["exposed_comm"].worth_ns == (10 + 10) * MS // 2  # the least exposed comm of each step
     assert found["launch_bound"].worth_ns == (12 + 14) * MS // 2  # the busiest GPU's: gpu0, then gpu1
     assert found["sync_stall"].worth_ns == (8 + 6) * MS // 2
+    assert found["cpu_bound"].worth_ns == (0 + 3 + 2) * MS // 2  # operators and Python, on the busiest GPUs
     assert found["launch_bound"].where == Where(gpus=["r0/gpu0", "r1/gpu1"])
-    assert found["sync_stall"].evidence["sync_calls"] == {"cudaStreamSynchronize": {"count": 10, "total_ns": 30 * MS}}
+    # the account's calls and operators on the busiest GPUs, as a step's share (2 steps), and the call's count
+    assert "cudaStreamSynchronize in aten::item (7.0 ms)" in found["sync_stall"].title
+    assert "cudaStreamSynchronize: 10 calls in the job, 3.0 ms each on average" in found["sync_stall"].title
+    assert found["sync_stall"].evidence["behind"][0]["op"] == "aten::item"
     assert found["launch_bound"].evidence["short_kernels"] == 40
     for f in found.values():
         assert f.evidence["step_ns"] == step and f.worth_gpu_ns == 2 * f.worth_ns
 
 
-def test_a_trace_without_steps_is_one_step_and_a_pipeline_has_no_exposed_comm():
-    rows = [gpu("r0/gpu0", None, 50, 30, 5, {"host_launch": 15})]
+def test_a_trace_without_steps_is_one_window_and_a_pipeline_has_no_exposed_comm():
+    rows = [gpu("r0/gpu0", None, 50, 30, 5, {"launch": 15})]
     found = by_kind(Report(breakdown=rows))
     assert (found["exposed_comm"].worth_ns, found["launch_bound"].worth_ns) == (5 * MS, 15 * MS)
     assert found["launch_bound"].worth_share == 15 / 50
+    assert found["launch_bound"].evidence["per"] == "window" and "over the window" in found["launch_bound"].title
     with_pipe = by_kind(Report(breakdown=rows, stages=STAGES[2:], pipeline=pipeline([])))
     assert "exposed_comm" not in with_pipe and with_pipe["launch_bound"].worth_gpu_ns == 4 * 15 * MS
 

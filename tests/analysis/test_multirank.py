@@ -34,8 +34,8 @@ def test_data_parallel_job_is_not_a_pipeline_and_its_straggler_is_named(tmp_path
         (0, 2, 6 * MS, 0, 0), (1, 2, 6 * MS, 0, 0), (2, 2, 6 * MS, 0, 0), (3, 2, 0, 18 * MS, 2)]
     assert [(w.name, w.seq, w.skew_ns, w.last_rank, w.waited_ns, w.ranks) for w in c.worst] == [
         ("all_reduce", 0, 3 * MS, 3, 9 * MS, 4), ("all_reduce", 1, 3 * MS, 3, 9 * MS, 4)]
-    assert "rank 3 arrived last at 2 of 2 collectives; others waited 18.0 ms for it (thin evidence: only 2 calls)" \
-        in report.notes
+    assert ("rank 3 arrived last at 2 of 2 collectives; others waited 18.0 ms in all at those calls, summed over "
+            "peers and calls (thin evidence: only 2 calls)") in report.notes
     assert len(report.waits) == 6
     assert {(w.cause, w.waited_for, w.dur_ns, w.stage) for w in report.waits} == {("collective", 3, 3 * MS, None)}
     assert sorted(w.rank for w in report.waits) == [0, 0, 1, 1, 2, 2]
@@ -54,6 +54,20 @@ def test_collective_waits_equal_the_hand_computed_spin(tmp_path_factory, compute
     total = steps * sum(slowest - x for x in compute) * MS
     assert [r.late_ns for r in c.ranks] == [total if r == late else 0 for r in range(len(compute))]
     assert c.waited_ns == total and c.straggler == (late if total else None)
+
+def test_a_late_ranks_spin_in_all_and_a_step_are_each_named(tmp_path):
+    """The same job: its 3 peers spin 3 ms at each of rank 3's 2 late all-reduces, 18 ms in all (the note); had
+    rank 3 come on time each call would release 3 ms sooner, 3 ms a step over its 2 steps (the finding). Both
+    say which they are, and the thin evidence is said in the finding itself."""
+    report = analyse(data_parallel(tmp_path, [2, 2, 2, 5]))
+    found = next(f for f in report.findings if f.kind == "late_rank")
+    assert found.worth_ns == 3 * MS and found.cause == "gpu_compute"
+    assert found.title == ("rank 3 computes longer on its GPU before the collectives; the others wait 3.0 ms a step "
+                           "for it (thin evidence: only 2 calls)")
+    assert found.how.startswith("the others waited 18.0 ms in all at the 2 calls it arrived last to (2 steps, "
+                                "summed over its peers); on time, each call would release at the second-last "
+                                "arrival: 3.0 ms a step")
+    assert any("others waited 18.0 ms in all at those calls" in n for n in report.notes)
 
 
 def test_balanced_data_parallel_job_names_no_straggler(tmp_path):

@@ -1,8 +1,11 @@
 """Why a rank is late: ``analysis.rootcause`` on synthetic data-parallel jobs, copies of a real rank's
-trace with one copy entering its steps late, and the real two-rank recsys job."""
+trace with one copy entering its steps late, and the real two-rank recsys job, each analysed through ``run``
+as a user's command does (the late rank's finding carries its verdict); the map's rows and the chain of
+waits on their own."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -12,71 +15,63 @@ from shapes import MS
 
 from pipebubble import spans as sp
 from pipebubble.analysis.comm import collectives, p2p
-from pipebubble.analysis.rootcause import chain, findings, part
+from pipebubble.analysis.rootcause import chain, part
 from pipebubble.analysis.rootcause.result import late_ranks
-from pipebubble.ingest import read_file
+from pipebubble.options import Options, Scale
+from pipebubble.report import Finding
+from pipebubble.run import run
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "kineto"
+LATE = ("late_rank", "data_loader")
 
 
-def _parts(paths: list[Path], offsets: dict[int, int] | None = None):
-    """Each file mapped (collective calls, p2p operations, windows), its times moved by ``offsets[k]`` ns as
-    a wrong clock would, then taken back off as the reduce's alignment does: the windows and the matched
-    collectives on the job's clock."""
-    calls, windows, ops = [], [], []
-    for k, path in enumerate(paths):
-        spans = read_file(path, use_cache=False).spans
-        off = (offsets or {}).get(k, 0)
-        spans = spans.with_columns(pl.col("start") + off, pl.col("end") + off)
-        own, _ = collectives.collective_part(spans)
-        mine = p2p.p2p_part(spans)
-        win = part.windows(spans, own, mine)
-        back = [pl.col(c) - off for c in ("start", "end")]
-        calls.append(own.with_columns(back))
-        ops.append(mine.with_columns(back))
-        windows.append(win.with_columns(pl.col(c) - off for c in ("origin", "arrival", "end")))
-    matched, _ = collectives.match(pl.concat(calls))
-    return pl.concat(windows), matched, p2p.match(pl.concat(ops))[0]
+def late(paths: list[Path]) -> list[Finding]:
+    """The late ranks' findings of the job, as ``pipebubble analyze`` reports them."""
+    report = run(paths, Options(), Scale(use_cache=False))
+    return [f for f in report.findings if f.kind in LATE]
 
 
 def test_data_loader_names_the_rank_and_its_loader(tmp_path):
     """4 ranks; rank 2's loader takes 3 ms longer every step: its peers wait 3 ms at each all-reduce, the
     step time a faster loader gives back."""
-    windows, matched, pairs = _parts(dp_job(tmp_path, loader_ms={2: 3.0}))
-    late = late_ranks(windows, matched, pairs)
-    assert [r.rank for r in late] == [2]
-    r = late[0]
-    assert r.cause == "data_loader" and r.steps == [0, 1, 2]
-    assert r.worth_ns == [3 * MS] * 3 and r.late_ns == [3 * MS] * 3 and r.entered_late_ns == [0] * 3
-    assert r.evidence["excess_ns"]["loader"] == 9 * MS
-    (found,) = findings.findings(late, step_ns=STEP_MS * MS, gpus=4)
-    assert found.kind == "data_loader" and found.where.ranks == [2]
-    assert found.worth_ns == 3 * MS and found.worth_gpu_ns == 12 * MS
+    (found,) = late(dp_job(tmp_path, loader_ms={2: 3.0}))
+    assert (found.kind, found.cause, found.where.ranks) == ("data_loader", "data_loader", [2])
+    e = found.evidence
+    assert e["steps"] == [0, 1, 2] and e["worth_ns_per_step"] == [3 * MS] * 3 and e["late_ns"] == [3 * MS] * 3
+    assert e["entered_late_ns"] == [0] * 3 and e["excess_ns"]["loader"] == 9 * MS
+    assert found.worth_ns == 3 * MS and found.worth_gpu_ns == 12 * MS and e["step_ns"] <= STEP_MS * MS
     assert "data loader" in found.title
 
 
 def test_synthetic_rank_entering_late(tmp_path):
     """Rank 1 starts every step 4 ms late, otherwise like its peers: entered late, nothing inside."""
-    windows, matched, pairs = _parts(dp_job(tmp_path, enter_ms={1: 4.0}))
-    (r,) = late_ranks(windows, matched, pairs)
-    assert (r.rank, r.cause) == (1, "entered_late")
-    assert r.entered_late_ns == [4 * MS] * 3 and r.inside_ns == [0] * 3 and r.worth_ns == [4 * MS] * 3
-    (found,) = findings.findings([r], step_ns=STEP_MS * MS)
-    assert found.kind == "late_rank" and "before the step" in found.title and "capture more steps" in found.action
+    (found,) = late(dp_job(tmp_path, enter_ms={1: 4.0}))
+    assert (found.kind, found.cause, found.where.ranks) == ("late_rank", "entered_late", [1])
+    e = found.evidence
+    assert e["entered_late_ns"] == [4 * MS] * 3 and e["inside_ns"] == [0] * 3 and e["worth_ns_per_step"] == [4 * MS] * 3
+    assert "before the step" in found.title and "capture more steps" in found.action
+
+
+def shifted(path: Path, offset_ns: int) -> None:
+    """``path``'s clock moved by ``offset_ns`` (every event's time), as a host whose clock is off records."""
+    doc = json.loads(path.read_text())
+    for event in doc["traceEvents"]:
+        event["ts"] += offset_ns / 1000
+    path.write_text(json.dumps(doc))
 
 
 def test_wrong_clocks_taken_off_give_the_same_answer(tmp_path):
-    """A file whose clock is 7 ms off, moved back by its offset before the reduce: the windows' four
-    times are the ones to shift."""
-    paths = dp_job(tmp_path, loader_ms={2: 3.0})
-    same = late_ranks(*_parts(paths))
-    moved = late_ranks(*_parts(paths, {2: 7 * MS, 0: -3 * MS}))
-    assert moved == same
+    """Files whose clocks are 7 ms and -3 ms off: the job's clock taken from the collectives puts them back,
+    and the late rank's verdict is the same."""
+    same = late(dp_job(tmp_path / "same", loader_ms={2: 3.0}))
+    paths = dp_job(tmp_path / "moved", loader_ms={2: 3.0})
+    shifted(paths[2], 7 * MS)
+    shifted(paths[0], -3 * MS)
+    assert late(paths) == same
 
 
 def test_no_late_rank_when_all_arrive_together(tmp_path):
-    windows, matched, pairs = _parts(dp_job(tmp_path))
-    assert late_ranks(windows, matched, pairs) == []
+    assert late(dp_job(tmp_path)) == []
 
 
 @pytest.mark.skipif(not TRACES.is_dir(), reason="the shared real traces are absent")
@@ -85,28 +80,23 @@ def test_real_copies_one_entering_late(tmp_path):
     late: it is named, late through entering, not inside; its peers wait 5 ms a step at the step's first
     collective (a broadcast)."""
     paths = copies_entered_late(TRACES / "resnet_ddp_a100_nccl_rank0.json.gz", tmp_path, late=2, delay_us=5_000)
-    windows, matched, pairs = _parts(paths)
-    late = late_ranks(windows, matched, pairs)
-    assert [r.rank for r in late] == [2]
-    r = late[0]
-    assert r.cause == "entered_late" and len(r.steps) == 3
-    assert all(abs(e - 5 * MS) <= 2_000 for e in r.entered_late_ns)
-    assert all(i <= 0.05 * e for i, e in zip(r.inside_ns, r.entered_late_ns, strict=True))
-    assert all(abs(w - 5 * MS) <= 2_000 for w in r.worth_ns)
-    (found,) = findings.findings(late, step_ns=220 * MS, gpus=4)
-    assert found.kind == "late_rank" and found.where.ranks == [2] and "enters its steps late" in found.title
+    (found,) = late(paths)
+    assert (found.kind, found.cause, found.where.ranks) == ("late_rank", "entered_late", [2])
+    e = found.evidence
+    assert len(e["steps"]) == 3
+    assert all(abs(x - 5 * MS) <= 2_000 for x in e["entered_late_ns"])
+    assert all(i <= 0.05 * x for i, x in zip(e["inside_ns"], e["entered_late_ns"], strict=True))
+    assert all(abs(w - 5 * MS) <= 2_000 for w in e["worth_ns_per_step"])
+    assert "enters its steps late" in found.title
 
 
 @pytest.mark.skipif(not TRACES.is_dir(), reason="the shared real traces are absent")
 def test_real_recsys_rank_late_inside_its_step():
     """The real two-rank recsys job: rank 1 arrives last at every matched call, late inside its steps (it
     entered them 0.2 ms after rank 0), not by entering late."""
-    paths = [TRACES / f"recsys_128rank_sampled_rank-{k}.json.gz" for k in (0, 1)]
-    late = late_ranks(*_parts(paths))
-    assert [r.rank for r in late] == [1]
-    r = late[0]
-    assert r.cause != "entered_late"
-    assert sum(r.inside_ns) > 10 * sum(r.entered_late_ns)
+    (found,) = late([TRACES / f"recsys_128rank_sampled_rank-{k}.json.gz" for k in (0, 1)])
+    assert found.where.ranks == [1] and found.cause != "entered_late"
+    assert sum(found.evidence["inside_ns"]) > 10 * sum(found.evidence["entered_late_ns"])
 
 
 def test_empty_and_one_span_tables():
@@ -116,7 +106,7 @@ def test_empty_and_one_span_tables():
     for spans in (sp.empty(), one):
         calls, _ = collectives.collective_part(spans)
         assert part.windows(spans, calls, p2p.p2p_part(spans)).is_empty()
-    assert late_ranks(part.empty(), collectives.match(collectives.collective_part(one)[0])[0]) == []
+    assert late_ranks(part.empty(), collectives.match(collectives.collective_part(one)[0])[0], None) == []
 
 
 def test_chain_follows_a_receive_to_the_sender():

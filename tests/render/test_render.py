@@ -226,10 +226,10 @@ def gpu_time_report(gpus: int = 2) -> Report:
     for r in range(gpus):
         lane, slow = f"rank{r}/gpu0", r % 2
         rows += [_gpu(lane, r, None, 100 * MS + 123, 60 * MS - slow * 10 * MS, (20 * MS, 8 * MS + slow * 7 * MS),
-                      (5 * MS, 2 * MS), {"host_launch": 12 * MS + 123 - slow * 7 * MS, "sync": 8 * MS - slow * 8 * MS,
-                                         "peer": 6 * MS + slow * 14 * MS, "other": 4 * MS + slow * 4 * MS}),
+                      (5 * MS, 2 * MS), {"cpu_ops": 12 * MS + 123 - slow * 7 * MS, "sync_stall": 8 * MS - slow * 8 * MS,
+                                         "peer": 6 * MS + slow * 14 * MS, "unknown": 4 * MS + slow * 4 * MS}),
                  *(_gpu(lane, r, step, 50 * MS - step * MS, 30 * MS - slow * 5 * MS, (10 * MS, 4 * MS), (2 * MS, MS),
-                        {"host_launch": 8 * MS - step * MS, "sync": 2 * MS, "peer": 5 * MS * slow, "other": 5 * MS})
+                        {"cpu_ops": 8 * MS - step * MS, "sync_stall": 2 * MS, "peer": 5 * MS * slow, "unknown": 5 * MS})
                    for step in (1, 2))]
     kernels = [KernelStat(ADD, "compute", 1200, 45 * MS, 37_500.0, 36_000.0, 20_000, 90_000, 5_123.4567, 0.45),
                KernelStat(ALLREDUCE, "comm", 40, 30 * MS, 750_000.0, 700_000.0, 500_000, 2 * MS, 120_000.0, 0.3),

@@ -37,7 +37,7 @@ def test_collectives_section_in_every_document(fmt):
     out = render(collectives_report(), fmt, width=120).replace("&#x27;", "'")
     for text in ("Collectives", "8 collective calls matched across 8 ranks by their kernels' ends",
                  "1 call left out (not matched on every rank)", "collective wait: 34.00 ms over all ranks",
-                 "straggler: rank 7 arrived last at 5 of 8 collectives; others waited 31.20 ms for it",
+                 "straggler: rank 7 arrived last at 5 of 8 collectives; others waited 31.20 ms in all at those calls",
                  "Collectives per rank", "Worst collective calls", "arrived last", "skew ms"):
         assert text in out, text
     at = [out.index(t) for t in ("Biggest waits", "Collectives per rank", "Worst collective calls", "Lanes")]

@@ -1,17 +1,18 @@
-"""The JSON report of every shared trace and repro, held to a digest recorded from an earlier version: a
-change meant to make pipebubble faster (or tidier) must not change one number it prints.
+"""The report of every shared trace and repro, held to its figures recorded from an earlier version: a change
+meant to make pipebubble faster (or tidier) must not change one number it prints, and a change meant to alter
+reports shows a reviewer which numbers it changed.
 
-Each input (a trace alone, a per-rank folder, a repro) is analysed in this process without the cache;
-its canonical JSON (keys sorted, the shared folder's path replaced by ``<shared>``), or for a rejected
-input its error, is hashed and compared with ``tests/golden/shared_reports.json``. A change that is meant to
-alter reports records the digests again, and says so in its commit:
+Each input (a trace alone, a per-rank folder, a repro) is analysed in this process without the cache; its
+figures (``figures``: what was read, each finding's kind and worth, each GPU's whole-window breakdown and idle
+by cause, the steps, the pipeline, the collectives, the critical path's composition, the kernels, requests and
+memory), or for a rejected input its error, are compared with ``tests/golden/shared_reports.json``. A change
+that is meant to alter reports records them again, and says so in its commit:
 
     python tests/whole/test_report_identity.py --write
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
-DIGESTS = ROOT / "tests" / "golden" / "shared_reports.json"
+FIGURES = ROOT / "tests" / "golden" / "shared_reports.json"
 
 
 def inputs() -> dict[str, list[Path]]:
@@ -43,24 +44,46 @@ def inputs() -> dict[str, list[Path]]:
     return found
 
 
-def digest(paths: list[Path]) -> str:
-    """The sha256 of the input's canonical report JSON, or of its error when it is rejected."""
+def figures(paths: list[Path]) -> dict | str:
+    """The input's report as readable figures (module docstring), or its error when it is rejected."""
     from pipebubble.errors import PipebubbleError
     from pipebubble.options import Scale
     from pipebubble.run import run
 
     try:
-        text = json.dumps(run(paths, scale=Scale(use_cache=False)).to_dict(), sort_keys=True)
+        r = run(paths, scale=Scale(use_cache=False)).to_dict()
     except PipebubbleError as exc:
-        text = f"error: {exc}"
-    return hashlib.sha256(text.replace(str(SHARED), "<shared>").encode()).hexdigest()
+        return f"error: {exc}".replace(str(SHARED), "<shared>")
+    return {
+        "read": [r["ingest"]["events_read"], r["ingest"]["spans"], r["ingest"]["skipped"]],
+        "findings": [[f["kind"], f["worth_ns"]] for f in r["findings"]],
+        "lanes": [len(r["lanes"]), sum(lane["busy_ns"] for lane in r["lanes"])],
+        "gpus": {b["lane"]: [b["window_ns"], b["compute_ns"], b["comm_exposed_ns"], b["memory_exposed_ns"],
+                             b["idle_ns"], {k: v for k, v in sorted(b["idle_causes"].items()) if v}]
+                 for b in r["breakdown"] if b["step"] is None},
+        "steps": sorted({(b["step"], b["window_ns"]) for b in r["breakdown"] if b["step"] is not None}),
+        "pipeline": None if r["pipeline"] is None else [
+            r["pipeline"][k] for k in ("stages", "microbatches", "schedule", "bubble_fraction", "step_time_ns")],
+        "collectives": None if r["collectives"] is None else [r["collectives"]["calls"],
+                                                              r["collectives"].get("straggler")],
+        "critical_path": [[p["step"], p["length_ns"], _shares(p)] for p in r["critical_path"]],
+        "kernels": [len(r["kernels"]), sum(k["total_ns"] for k in r["kernels"])],
+        "requests": None if r["requests"] is None else r["requests"]["count"],
+        "memory": None if r["memory"] is None else [d["peak_bytes"] for d in r["memory"]["devices"]],
+    }
+
+
+def _shares(path: dict) -> dict:
+    """A critical path's ns by kind, over its participants."""
+    kinds = ("compute_ns", "memory_ns", "comm_ns", "host_ns", "waiting_ns")
+    return {k: sum(s.get(k, 0) for s in path["by_rank"]) for k in kinds}
 
 
 CASES = inputs()
 
 
-def _recorded() -> dict[str, str]:
-    return json.loads(DIGESTS.read_text()) if DIGESTS.exists() else {}
+def _recorded() -> dict:
+    return json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
 
 
 @pytest.mark.skipif(not CASES, reason="the shared traces and repros are absent")
@@ -68,18 +91,23 @@ def _recorded() -> dict[str, str]:
 def test_report_is_unchanged(name):
     recorded = _recorded()
     if name not in recorded:
-        pytest.skip(f"{name}: no digest recorded (python tests/whole/test_report_identity.py --write)")
-    assert digest(CASES[name]) == recorded[name], f"the report of {name} changed"
+        pytest.skip(f"{name}: no figures recorded (python tests/whole/test_report_identity.py --write)")
+    assert _plain(figures(CASES[name])) == recorded[name], f"the report of {name} changed"
+
+
+def _plain(value):
+    """``value`` as JSON reads it back (tuples as lists)."""
+    return json.loads(json.dumps(value))
 
 
 @pytest.mark.skipif(not CASES, reason="the shared traces and repros are absent")
-def test_every_input_has_a_digest():
+def test_every_input_has_its_figures():
     missing = sorted(set(CASES) - set(_recorded()))
-    assert not missing, f"no digest recorded for {missing} (python tests/whole/test_report_identity.py --write)"
+    assert not missing, f"no figures recorded for {missing} (python tests/whole/test_report_identity.py --write)"
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         raise SystemExit(__doc__)
-    DIGESTS.write_text(json.dumps({name: digest(paths) for name, paths in CASES.items()}, indent=1) + "\n")
-    print(f"{len(CASES)} digests written to {DIGESTS.relative_to(ROOT)}")
+    FIGURES.write_text(json.dumps({name: figures(paths) for name, paths in CASES.items()}, indent=1) + "\n")
+    print(f"{len(CASES)} reports' figures written to {FIGURES.relative_to(ROOT)}")

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from pipebubble.analysis.breakdown import medians
+from pipebubble.analysis import hostnames, idle
+from pipebubble.analysis.breakdown import facts, medians
 from pipebubble.analysis.breakdown.rows import rows_in_memory
 from pipebubble.analysis.launches import launch_calls, same_process
 from pipebubble.report import Breakdown
@@ -28,26 +29,36 @@ class GpuPart:
     # Duration value counts, for exact medians over several files (empty for a file that is the whole job):
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, name, dur, n
     delays: pl.DataFrame = field(default_factory=pl.DataFrame)  # dur, n
+    idle: pl.DataFrame = field(default_factory=pl.DataFrame)  # the idle account summed (``idle.summary``)
+    # What the findings read (``facts``): per lane, stream, class and tag; tiny-kernel gaps; start-up calls
+    streams: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, stream, cls, tag, count, total, tiny, ...
+    gaps: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, count, total
+    calls: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, name, count, total, inside
 
-    FRAMES = ("stats", "api", "ranges", "ops", "delays")
+    FRAMES = ("stats", "api", "ranges", "ops", "delays", "idle", "streams", "gaps", "calls")
 
 
 @dataclass(frozen=True)
 class GpuInputs:
     """What the breakdown and the timeline strips (``strips.strip_bins``) both read of a span table, taken
-    once: its GPU operations numbered by ``row`` (``gpu_ops``), its host spans, and the runtime call that
-    launched each operation (``_launched``)."""
+    once: its GPU operations numbered by ``row`` (``gpu_ops``), its host spans, the runtime call that
+    launched each operation (``_launched``), its steps as the GPU lives them (``idle.gpu_steps``) and its
+    idle account (``idle.idle_account``)."""
 
     gpu: pl.DataFrame
     cpu: pl.DataFrame
     launch: pl.DataFrame
+    steps: pl.DataFrame
+    pieces: pl.DataFrame
 
 
-def inputs(spans: pl.DataFrame) -> GpuInputs:
+def inputs(spans: pl.DataFrame, step_regex: str | None = None) -> GpuInputs:
     """The ``GpuInputs`` of ``spans``."""
     gpu = gpu_ops(spans).with_row_index("row")
     cpu = spans.filter(pl.col("device").is_null())
-    return GpuInputs(gpu, cpu, _launched(gpu, cpu))
+    launch = _launched(gpu, cpu)
+    steps = idle.gpu_steps(idle.cpu_steps(cpu.lazy(), step_regex), idle.launched(gpu, launch))
+    return GpuInputs(gpu, cpu, launch, steps, idle.idle_account(gpu, cpu, launch))
 
 
 def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = False,
@@ -56,17 +67,20 @@ def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = F
     parts: exact per-name statistics, and (unless the file is ``alone``, the whole job) the duration value
     counts that keep medians exact when files are combined. ``given``: the table's ``inputs``, where the
     caller has them."""
-    given = given or inputs(spans)
+    given = given or inputs(spans, step_regex)
     gpu, cpu, launch = given.gpu, given.cpu, given.launch
-    rows = rows_in_memory(gpu, cpu, launch, step_regex) if gpu.height else []
+    rows = rows_in_memory(gpu, given.steps, given.pieces) if gpu.height else []
     delays = launch.select(d=(pl.col("start") - pl.col("at")).clip(lower_bound=0))["d"]
-    return summarised(rows, gpu.lazy(), cpu.lazy(), delays, alone)
+    part = summarised(rows, gpu.lazy(), cpu.lazy(), delays, alone)
+    ranks = gpu.lazy().group_by("lane").agg(pl.col("rank").first())
+    return replace(part, idle=idle.top(idle.summed(given.pieces, ranks)))
 
 
 def gpu_ops(spans: pl.DataFrame | pl.LazyFrame):
     """The GPU operations the breakdown reads, with their class (``cls``) and ``owner``."""
     return spans.filter(pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)).select(
-        "source", "lane", "rank", "pid", "device", "name", "start", "end", "correlation", cls=_class(), owner=owner()
+        "source", "lane", "rank", "pid", "device", "stream", "name", "start", "end", "correlation", cls=_class(),
+        owner=owner(),
     )
 
 
@@ -101,14 +115,14 @@ def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool =
     named = pl.col("name").cast(pl.String)
     stats = stats.join(kinds, on="name", nulls_equal=True).with_columns(named)
     stats = stats.select("kind", "name", "count", "total", "min", "max", "median", "sq")
-    api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"])))
-    ranges = _calls(cpu.filter(pl.col("kind") == "annotation"))
+    api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"]) & ~hostnames.sync_record()))
+    ranges = hostnames.per_range(_calls(cpu.filter(pl.col("kind") == "annotation")))
     short = timed.filter(pl.col("cls").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS)).select(pl.len())
     ops = timed.group_by("name", "dur").agg(n=pl.len()).join(kinds, on="name", nulls_equal=True)
     ops = ops.with_columns(named).select("kind", "name", "dur", "n")
     queries = [stats, api, ranges, short] + ([] if alone else [ops])
     stats, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming")
-    return GpuPart([], stats, api, ranges, {}, short.item(), *rest)
+    return GpuPart([], stats, api, ranges, {}, short.item(), *rest, **facts.collected(gpu, cpu))
 
 
 def with_delays(part: GpuPart, rows: list[Breakdown], delay: pl.Series, alone: bool) -> GpuPart:
@@ -136,21 +150,22 @@ def _calls(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _launched(gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
-    """row (of ``gpu``), at_lane, at, start: the runtime call that launched each GPU op (where one is known)
-    and the op's start.
+    """row (of ``gpu``), at_lane, at, at_end, at_call, start, held: the runtime call that launched each GPU op
+    (where one is known), the op's start, and whether the op is a copy or memset that ended before its call
+    returned (the call blocked on it, a copy to pageable memory say).
     Correlation ids are per file in Kineto (a GPU op has no pid) and per process in Nsight; a table of one
     file is joined on the id alone."""
     keys = ["correlation"] if gpu["source"].n_unique() <= 1 else ["source", "correlation"]
-    launches = launch_calls(cpu).select(*keys, "at_pid", "at_lane", "at")
-    ops = gpu.filter(pl.col("correlation").is_not_null()).select("row", "pid", "start", *keys)
+    launches = launch_calls(cpu, "at_call").select(*keys, "at_pid", "at_lane", "at", "at_end", "at_call")
+    ops = gpu.filter(pl.col("correlation").is_not_null()).select("row", "pid", "start", "end", "cls", *keys)
     return earliest(ops.join(launches, on=keys).filter(same_process()))
 
 
 def earliest(joined: pl.DataFrame) -> pl.DataFrame:
-    """row, at_lane, at, start: of ops (``row``) joined with the calls that share their correlation id, each
-    op's earliest launch (an id launched twice is rare)."""
+    """row, at_lane, at, at_end, at_call, start, held: of ops (``row``, with ``end`` and ``cls``) joined with
+    the calls that share their correlation id, each op's earliest launch (an id launched twice is rare)."""
     if joined["row"].n_unique() < joined.height:
         joined = joined.sort("row", "at", "at_lane").unique("row", keep="first", maintain_order=True)
-    return joined.select("row", "at_lane", "at", "start")
-
-
+    held = pl.col("cls").is_in(["memcpy", "memset"]) & (pl.col("end") <= pl.col("at_end")) & (
+        pl.col("end") > pl.col("at"))
+    return joined.select("row", "at_lane", "at", "at_end", "at_call", "start", held=held)

@@ -1,29 +1,26 @@
-"""The breakdown rows: per GPU lane and step, the unions of its work by class and its idle time by cause."""
+"""The breakdown rows: per GPU lane and step, the unions of its work by class and its idle time by cause
+(the idle account's pieces, ``analysis/idle``, summed)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, merge, merge_each
+from pipebubble.analysis.idle.steps import cpu_steps
+from pipebubble.analysis.intervals import ENGINE, merge_each
 from pipebubble.report import Breakdown
-from pipebubble.spans import is_comm, owner
+from pipebubble.report.idle import CAUSES
 
-CAUSES = ("host_launch", "sync", "peer", "other")
 KEYS = ["lane", "step"]
+#: The host's step ranges (``idle.steps.cpu_steps``), for the analyses that want them as the host ran them.
+steps_of = cpu_steps
 
 
-def rows_in_memory(
-    gpu: pl.DataFrame, cpu: pl.DataFrame, launch: pl.DataFrame, step_regex: str | None
-) -> list[Breakdown]:
-    """The rows of a table in memory: ``gpu`` its operations (``part.gpu_ops``, with ``row``), ``cpu`` the rest,
-    ``launch`` the call that launched each operation (row, at_lane, at, start)."""
-    steps = steps_of(cpu.lazy(), step_regex)
+def rows_in_memory(gpu: pl.DataFrame, steps: pl.DataFrame, pieces: pl.DataFrame) -> list[Breakdown]:
+    """The rows of a table in memory: ``gpu`` its operations (``part.gpu_ops``, with ``row``), ``steps`` its
+    steps as the GPU lives them (``idle.steps.gpu_steps``), ``pieces`` its idle account."""
     owners = gpu.lazy().select("lane", "owner").unique().collect(engine=ENGINE)
-    lengths, merged = unions(gpu, owners, steps)
-    ops = gpu.lazy().select("lane", "row", "correlation", op_start="start")
-    ended = ending_ops(gaps_of(merged), ops, launch)
-    causes = idle_causes(ended, blocked_of(cpu.lazy()), steps)
-    return rows_of(windows_of(gpu.lazy(), owners, steps), lengths, causes, attrs_of(gpu.lazy()))
+    lengths, _ = unions(gpu, owners, steps)
+    return rows_of(windows_of(gpu.lazy(), owners, steps), lengths, caused(pieces, steps), attrs_of(gpu.lazy()))
 
 
 def windows_of(gpu: pl.LazyFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -55,7 +52,7 @@ def _row(r: dict) -> Breakdown:
     busy = r["all"]
     idle = window - busy
     causes = {c: int(r.get(c) or 0) for c in CAUSES}
-    causes["other"] += idle - sum(causes.values())  # idle outside every gap (before or after the GPU's work)
+    causes["unknown"] += idle - sum(causes.values())  # idle outside every gap (before or after the GPU's work)
     comm = r["comm"]
     return Breakdown(
         lane=r["lane"], rank=r["rank"], pid=r["pid"], device=r["device"], step=r["step"],
@@ -92,31 +89,13 @@ _OF_CLASSES = {
 }
 
 
-STEP_NUMBER = r"#(\d+)$"
-
-
-def steps_of(cpu: pl.LazyFrame, step_regex: str | None) -> pl.DataFrame:
-    """owner, step, ws, we: the profiler steps (``ProfilerStep#N``: step N) or the ranges ``step_regex``
-    matches (numbered in order), per owner."""
-    if step_regex:
-        found = cpu.filter(pl.col("kind").is_in(["annotation", "step"]) & pl.col("name").str.contains(step_regex))
-    else:
-        named = pl.col("name").str.contains(r"^ProfilerStep#\d+$")
-        found = cpu.filter((pl.col("kind") == "step") | ((pl.col("kind") == "annotation") & named))
-    found = found.with_columns(owner=owner()).unique(["owner", "name", "start", "end"]).sort("owner", "start")
-    number = pl.col("name").str.extract(STEP_NUMBER).cast(pl.Int64, strict=False)
-    order = pl.int_range(pl.len()).over("owner").cast(pl.Int64)
-    step = order if step_regex else number.fill_null(order)
-    return found.select("owner", step=step, ws="start", we="end").collect(engine=ENGINE)
-
-
 def _by_step(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """``frame``'s intervals (with ``owner``) cut to the steps they overlap, with ``step``: most lie in one
     step (found by an as-of join on their start); the few that cross a step's edge are cut by a join with
     their owner's steps."""
     if frame.is_empty() or steps.is_empty():
         return frame.with_columns(step=pl.lit(None, pl.Int64)).clear()
-    steps = steps.sort("owner", "ws")
+    steps = steps.select("owner", "step", "ws", "we").sort("owner", "ws")
     # Owners whose steps overlap (nested ranges a --step-regex matched): every span joins each step it meets.
     overlapping = steps.filter(pl.col("ws") < pl.col("we").shift(1).over("owner"))["owner"].unique()
     if overlapping.len():
@@ -150,69 +129,17 @@ def _cut(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return cut.with_columns(start=pl.max_horizontal("start", "ws"), end=pl.min_horizontal("end", "we")).drop("ws", "we")
 
 
-def gaps_of(merged: pl.DataFrame) -> pl.DataFrame:
-    """lane, owner, start, end: the gaps between each GPU's ``merged`` work (lane, owner, start, end)."""
-    return (
-        merged.lazy().with_columns(gap_start=pl.col("end").shift(1).over("lane"))
-        .filter(pl.col("gap_start").is_not_null() & (pl.col("start") > pl.col("gap_start")))
-        .select("lane", "owner", start="gap_start", end="start")
-        .collect(engine=ENGINE)
-    )
-
-
-def ending_ops(gaps: pl.DataFrame, ops: pl.DataFrame | pl.LazyFrame, launch: pl.DataFrame | None = None
-               ) -> pl.DataFrame:
-    """Each gap with the ``row`` of the op that ended it: the one that starts at its end (``op_start``; among
-    equals the lowest correlation id, then row, whatever order the table holds them in); given ``launch``
-    (row, at_lane, at, start), with the call that launched it (``at_lane``, ``at``; null where none is known)."""
-    ops = ops.lazy().select("lane", "op_start", "row", "correlation").sort("op_start", "correlation", "row")
-    nxt = gaps.lazy().sort("end").join_asof(ops, left_on="end", right_on="op_start", by="lane", strategy="forward",
-                                            check_sortedness=False).select("lane", "owner", "start", "end", "row")
-    if launch is not None:
-        nxt = nxt.join(launch.lazy().drop("start"), on="row", how="left")
-    return nxt.collect(engine=ENGINE)
-
-
-def blocked_of(cpu: pl.LazyFrame) -> dict[str, pl.DataFrame]:
-    """Per thread, the merged intervals in which it was in a synchronize (``in_sync``) or in a collective or
-    point-to-point call (``in_peer``): a GPU gap that began there was the host's wait, not its lateness."""
-    sync = pl.col("kind") == "sync"
-    ranges = pl.col("kind").is_in(["cpu_op", "annotation", "comm"]) & is_comm()
-    flag = pl.when(sync).then(pl.lit("in_sync")).otherwise(pl.lit("in_peer"))
-    found = cpu.filter(sync | ranges).select("lane", "start", "end", flag=flag).collect(engine=ENGINE)
-    merged = merge(found, ["flag", "lane"])
-    parts = merged.partition_by("flag", as_dict=True, include_key=False, maintain_order=True)
-    empty = pl.DataFrame(schema={c: t for c, t in merged.schema.items() if c != "flag"})
-    return {name: parts.get((name,), empty) for name in ("in_sync", "in_peer")}
-
-
-def idle_causes(ended: pl.DataFrame, blocked: dict[str, pl.DataFrame], steps: pl.DataFrame) -> pl.DataFrame:
-    """Idle ns per (lane, step) and cause, from the gaps (lane, owner, start, end) with the launch of the op
-    that ended each (``at_lane``, ``at``; null where none is known)."""
+def caused(pieces: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Idle ns per (lane, step) and cause (``CAUSES`` as columns; step null: the whole window) from the idle
+    account's ``pieces`` (lane, owner, start, end, cause), each cut to the steps it overlaps."""
     empty = pl.DataFrame(schema={"lane": pl.String, "step": pl.Int64, **{c: pl.Int64 for c in CAUSES}})
-    if ended.is_empty():
+    if pieces.is_empty():
         return empty
-    nxt = ended.lazy()
-    for flag, intervals in blocked.items():
-        marks = intervals.lazy().select(at_lane="lane", b_start="start", b_end="end").sort("b_start")
-        nxt = nxt.sort("start").join_asof(marks, left_on="start", right_on="b_start", by="at_lane",
-                                          strategy="backward", check_sortedness=False)
-        nxt = nxt.with_columns((pl.col("start") < pl.col("b_end")).fill_null(False).alias(flag)).drop(
-            "b_start", "b_end"
-        )
-    cause = (
-        pl.when(pl.col("in_sync")).then(pl.lit("sync"))
-        .when(pl.col("in_peer")).then(pl.lit("peer"))
-        .when(pl.col("at") > pl.col("start")).then(pl.lit("host_launch"))
-        .otherwise(pl.lit("other"))
-    )
-    gaps = nxt.select("lane", "owner", "start", "end", cause=cause)
-    both = gaps.select("lane", step=pl.lit(None, pl.Int64), cause="cause", start="start", end="end")
+    both = pieces.lazy().select("lane", step=pl.lit(None, pl.Int64), cause="cause", start="start", end="end")
     if steps.height:
-        stepped = _by_step(gaps.filter(pl.col("owner").is_not_null()).collect(engine=ENGINE), steps)
+        stepped = _by_step(pieces.filter(pl.col("owner").is_not_null()).select("lane", "owner", "cause", "start",
+                                                                               "end"), steps)
         both = pl.concat([both, stepped.lazy().select(*KEYS, "cause", "start", "end")])
     ns = pl.col("end") - pl.col("start")
     wide = both.group_by(KEYS).agg(ns.filter(pl.col("cause") == c).sum().alias(c) for c in CAUSES)
     return wide.cast(empty.schema).collect(engine=ENGINE)  # type: ignore[arg-type]
-
-

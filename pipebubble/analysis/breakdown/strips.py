@@ -2,15 +2,15 @@
 split by class the way the breakdown splits a window, so every job gets a timeline (DP, EP, a single GPU, a
 serving trace), not only a pipeline.
 
-Map (``strip_bins``, one file or a batch of rank files): per GPU lane and step (its owner's ``ProfilerStep#N``
-ranges, or those ``--step-regex`` matches; a lane without steps: its whole window, first to last busy instant,
+Map (``strip_bins``, one file or a batch of rank files): per GPU lane and step (its owner's steps as the GPU lives
+them, ``idle.steps``: a ``ProfilerStep#N`` or ``--step-regex`` range and the GPU work launched in it; a lane
+without steps: its whole window, first to last busy instant,
 step null), ``BINS`` bins, and in each the ns of
 
 - ``compute``: |∪ compute| in the bin; ``comm``: exposed communication, |∪(compute ∪ comm)| − compute;
   ``memory``: exposed memcpy/memset, |∪ all| − |∪(compute ∪ comm)|;
-- idle by cause (``breakdown.rows.CAUSES``): the gaps between the GPU's work, each with the cause
-  ``breakdown.rows.idle_causes`` gives it; idle before the GPU's first or after its last op is ``other``,
-  as in the breakdown rows.
+- idle by cause (``report.idle.CAUSES``): the idle account's pieces (``analysis/idle``), the same the
+  breakdown rows sum; idle before the GPU's first or after its last op is ``unknown``, as in the rows.
 
 They add up to the bin's width. Bin ``i`` of a step [s, e) is [s + ⌈(e−s)·i/BINS⌉, s + ⌈(e−s)·(i+1)/BINS⌉)
 (``bin_edges``). The part holds at most ``MAX_STEPS`` steps per lane (those nearest its median length; a
@@ -28,11 +28,12 @@ import polars as pl
 from pipebubble.analysis.breakdown import part
 from pipebubble.analysis.breakdown import rows as by_lane
 from pipebubble.analysis.intervals import ENGINE, merge_each
+from pipebubble.report.idle import CAUSES
 from pipebubble.report.strips import CLASSES, Strip, Strips, bin_edges
 
 BINS = 240
 MAX_STEPS = 32
-assert CLASSES == ("compute", "comm", "memory", *by_lane.CAUSES)  # the report's names for the breakdown's
+assert CLASSES == ("compute", "comm", "memory", *CAUSES)  # the report's names for the breakdown's
 #: The map's columns; ``step_start`` and ``step_end`` are the times a file's clock offset moves.
 SCHEMA = {"lane": pl.String, "rank": pl.Int32, "step": pl.Int64, "step_start": pl.Int64, "step_end": pl.Int64,
           "median": pl.Boolean, "bin": pl.Int32, **{c: pl.Int64 for c in CLASSES}}
@@ -49,26 +50,25 @@ def strip_bins(spans: pl.DataFrame, step_regex: str | None = None, bins: int = B
     """Map: ``bins`` bins per GPU lane and step of ``spans`` (one file's, or a batch's: rows by GPU lane),
     each bin's ns per class (``SCHEMA``). ``given``: the table's ``part.inputs``, which the breakdown reads
     too, where the caller has them."""
-    given = given or part.inputs(spans)
-    gpu, cpu = given.gpu, given.cpu
+    given = given or part.inputs(spans, step_regex)
+    gpu = given.gpu
     if gpu.is_empty():
         return empty_bins()
     owners = gpu.select("lane", "owner").unique()
-    edges = _edges(_windows(gpu, cpu, owners, step_regex), bins)
+    edges = _edges(_windows(gpu, given.steps, owners), bins)
     merged = merge_each(gpu.select("lane", "start", "end", union="cls"), ["lane"], "union", _OF_UNIONS)
     work = merged.lazy().select("lane", cls=pl.col("union").cast(pl.String), start="start", end="end")
-    pieces = pl.concat([work, _caused_gaps(gpu, cpu, given.launch, owners, merged)])
-    return _table(edges, _binned(pieces, edges))
+    idle = given.pieces.lazy().select("lane", cls="cause", start="start", end="end")
+    return _table(edges, _binned(pl.concat([work, idle]), edges))
 
 
 #: The classes (``part.gpu_ops``'s ``cls``) each of ``UNIONS`` holds.
 _OF_UNIONS = {"compute": ["compute"], "busy": ["compute", "comm"], "all": ["compute", "comm", "memcpy", "memset"]}
 
 
-def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, owners: pl.DataFrame, step_regex: str | None) -> pl.LazyFrame:
-    """lane, rank, step, ws, we, median, sorted by lane and ws: each lane's steps (else its whole window) but
-    those that start inside an earlier one, at most MAX_STEPS, and which is its median-length one."""
-    steps = by_lane.steps_of(cpu.lazy(), step_regex)
+def _windows(gpu: pl.DataFrame, steps: pl.DataFrame, owners: pl.DataFrame) -> pl.LazyFrame:
+    """lane, rank, step, ws, we, median, sorted by lane and ws: each lane's ``steps`` (else its whole window)
+    but those that start inside an earlier one, at most MAX_STEPS, and which is its median-length one."""
     wins = by_lane.windows_of(gpu.lazy(), owners, steps).lazy().filter(pl.col("we") > pl.col("ws"))
     stepped = pl.col("step").is_not_null()
     wins = wins.filter(stepped | ~stepped.any().over("lane")).sort("lane", "ws", "we")
@@ -96,25 +96,6 @@ def _edges(windows: pl.LazyFrame, bins: int) -> pl.DataFrame:
     return every.with_columns(gid=pl.int_range(pl.len())).collect(engine=ENGINE)
 
 
-def _caused_gaps(gpu: pl.DataFrame, cpu: pl.DataFrame, launch: pl.DataFrame, owners: pl.DataFrame,
-                 merged: pl.DataFrame) -> pl.LazyFrame:
-    """lane, cls, start, end: the gaps between each GPU's work, ``cls`` the cause ``breakdown.rows`` gives
-    each (the launch of the op that ended it, ``launch``, and what the launching thread was doing)."""
-    work = merged.lazy().filter(pl.col("union") == "all").select("lane", "start", "end").join(
-        owners.lazy(), on="lane", maintain_order="left")
-    gaps = by_lane.gaps_of(work.collect(engine=ENGINE))
-    ops = gpu.lazy().select("lane", "row", "correlation", op_start="start")
-    ended = by_lane.ending_ops(gaps, ops, launch).with_row_index("gap")
-    # idle_causes sums its gaps' idle per lane (and step): with each gap a lane of its own (and no steps), the
-    # sums are each gap's, under the one cause the breakdown gives it.
-    alone = ended.with_columns(lane=pl.col("gap").cast(pl.String))
-    no_steps = pl.DataFrame(schema={"owner": pl.Int64, "step": pl.Int64, "ws": pl.Int64, "we": pl.Int64})
-    summed = by_lane.idle_causes(alone, by_lane.blocked_of(cpu.lazy()), no_steps)
-    cause = pl.coalesce(pl.when(pl.col(c) > 0).then(pl.lit(c)) for c in by_lane.CAUSES)
-    caused = summed.lazy().select(gap=pl.col("lane").cast(pl.UInt32), cls=cause)
-    return ended.lazy().join(caused, on="gap").select("lane", "cls", "start", "end")
-
-
 def _binned(pieces: pl.LazyFrame, edges: pl.DataFrame) -> pl.LazyFrame:
     """lane, gid and the ns of each kind of piece (lane, cls, start, end) in each bin. Each piece joins the
     first bin that ends after its start; most end in it, the rest join the last bin that begins before their
@@ -132,7 +113,7 @@ def _binned(pieces: pl.LazyFrame, edges: pl.DataFrame) -> pl.LazyFrame:
     spread = spread.select("lane", "cls", "gid", "start", "end").join(bins, on=["lane", "gid"])
     cut = pl.concat([inside.select(spread.collect_schema().names()), spread])
     ns = (pl.min_horizontal("end", "be") - pl.max_horizontal("start", "bs")).clip(lower_bound=0)
-    kinds = (*UNIONS, *by_lane.CAUSES)
+    kinds = (*UNIONS, *CAUSES)
     each = {k: pl.when(pl.col("cls") == k).then(ns).otherwise(0) for k in kinds}
     return cut.select("lane", "gid", **each).group_by("lane", "gid").sum()
 
@@ -141,10 +122,11 @@ def _table(edges: pl.DataFrame, ns: pl.LazyFrame) -> pl.DataFrame:
     """The part: each bin (``edges``, sorted by lane, ws and bin) with its ns per class (``ns``); the idle
     outside every gap goes to ``other``."""
     table = edges.lazy().join(ns, on=["lane", "gid"], how="left", maintain_order="left").with_columns(
-        pl.col(*UNIONS, *by_lane.CAUSES).fill_null(0))
+        pl.col(*UNIONS, *CAUSES).fill_null(0))
     c = pl.col
-    outside = c("be") - c("bs") - c("all") - pl.sum_horizontal(by_lane.CAUSES)
-    table = table.with_columns(comm=c("busy") - c("compute"), memory=c("all") - c("busy"), other=c("other") + outside)
+    outside = c("be") - c("bs") - c("all") - pl.sum_horizontal(CAUSES)
+    table = table.with_columns(comm=c("busy") - c("compute"), memory=c("all") - c("busy"),
+                               unknown=c("unknown") + outside)
     table = table.rename({"ws": "step_start", "we": "step_end"})
     return table.select(pl.col(k).cast(t) for k, t in SCHEMA.items()).collect(engine=ENGINE)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipebubble.analysis.breakdown.facts import TINY_GAP_NS
 from pipebubble.analysis.breakdown.part import SHORT_KERNEL_NS, GpuPart
 from pipebubble.report import CallStat, Host, KernelStat
+from pipebubble.report.breakdown import Facts, LaneGaps, StreamStat, ThreadCall
 
 MAX_RANGES = 1000  # annotation ranges listed (by total); ``Host.ranges_total`` counts them all
+MAX_CALLS = 100  # start-up calls and framework markers kept per host thread (by total), ``Facts.calls``
 
 
 def kernels(parts: list[GpuPart]) -> list[KernelStat]:
@@ -78,6 +81,7 @@ def host(parts: list[GpuPart]) -> Host | None:
         short_kernels=sum(p.short for p in parts),
         short_kernel_ns=SHORT_KERNEL_NS,
         ranges_total=len(ranges),
+        facts=facts(parts),
     )
 
 
@@ -88,3 +92,30 @@ def _merged(frames: list[pl.DataFrame]) -> list[CallStat]:
     total = frame.group_by("name").agg(pl.col("count", "total").sum(), pl.col("max").max())
     rows = total.sort("total", "name", descending=[True, False]).select("name", "count", "total", "max").rows()
     return [CallStat(name, count, ns, ns / count, longest) for name, count, ns, longest in rows]
+
+
+def facts(parts: list[GpuPart]) -> Facts:
+    """The findings' facts (``breakdown.facts``) over all files: sums per lane, stream, class and tag; per
+    lane; per thread and name, the ``MAX_CALLS`` with the most time of each thread (a lane is one file's, so
+    the sums only join a batch's ranks)."""
+    streams = _summed(parts, "streams", ["lane", "stream", "cls", "tag"], ["count", "total", "tiny", "tiny_total"])
+    gaps = _summed(parts, "gaps", ["lane"], ["count", "total"])
+    calls = _summed(parts, "calls", ["lane", "name"], ["count", "total", "inside"])
+    if calls.height:
+        calls = calls.sort("lane", "total", "name", descending=[False, True, False]).group_by(
+            "lane", maintain_order=True).head(MAX_CALLS)
+    return Facts(
+        streams=[StreamStat(*row) for row in streams.rows()],
+        tiny_gaps=[LaneGaps(*row, max_gap_ns=TINY_GAP_NS) for row in gaps.rows()],
+        calls=[ThreadCall(*row) for row in calls.rows()],
+    )
+
+
+def _summed(parts: list[GpuPart], key: str, by: list[str], sums: list[str]) -> pl.DataFrame:
+    """``key``'s frames of ``parts`` summed per ``by``, in ``by`` order (nulls first); columns ``by`` + ``sums``."""
+    frames = [f for f in (getattr(p, key) for p in parts) if f.width and f.height]
+    if not frames:
+        return pl.DataFrame()
+    summed = pl.concat([f.select(*by, *sums) for f in frames], how="vertical_relaxed").group_by(by).agg(
+        pl.col(sums).sum())
+    return summed.sort(by, nulls_last=False)

@@ -336,8 +336,9 @@ def summarize(matched: pl.DataFrame, left_out: dict[str, int] | None = None, wor
 
 
 def straggler_note(collectives: Collectives) -> str | None:
-    """The headline about the rank (or process) the others waited for, when one stands out, with how many
-    calls and ranks say so."""
+    """The headline about the rank (or process) the others waited for, when one stands out: how often it came
+    last, its peers' spin at those calls in all (summed over peers and calls: not the step time a fix gives
+    back, which its finding says), and how many calls and ranks say so."""
     if collectives.straggler is None and collectives.straggler_pid is None:
         return None
     row = next(r for r in collectives.ranks
@@ -345,22 +346,24 @@ def straggler_note(collectives: Collectives) -> str | None:
     who = f"rank {row.rank}" if row.rank is not None else f"process {row.pid} ({row.lane})"
     return (
         f"{who} arrived last at {row.last} of {collectives.calls} collectives; "
-        f"others waited {row.late_ns / 1e6:,.1f} ms for it" + support_words(collectives)
+        f"others waited {row.late_ns / 1e6:,.1f} ms in all at those calls, summed over peers and calls"
+        + support_words(collectives)
     )
 
 
 def support_words(collectives: Collectives) -> str:
-    """What makes a claim across ranks thin (fewer than ``THIN_CALLS`` calls, some ranks of a bigger job),
-    as a clause; empty when nothing does."""
+    """What makes a claim across ranks thin (``thin_reasons``), as a clause; empty when nothing does."""
+    thin = thin_reasons(collectives)
+    return f" (thin evidence: {', '.join(thin)})" if thin else ""
+
+
+def thin_reasons(collectives: Collectives) -> list[str]:
+    """What makes a claim across ranks thin: fewer than ``THIN_CALLS`` calls, some ranks of a bigger job."""
     s = collectives.support
     if s is None:
-        return ""
-    thin = []
-    if s.calls < THIN_CALLS:
-        thin.append(f"only {s.calls} call{'s' * (s.calls != 1)}")
-    if s.world is not None:
-        thin.append(f"{s.ranks:,} of {s.world:,} ranks traced")
-    return f" (thin evidence: {', '.join(thin)})" if thin else ""
+        return []
+    return ([f"only {s.calls} call{'s' * (s.calls != 1)}"] if s.calls < THIN_CALLS else []) + (
+        [f"{s.ranks:,} of {s.world:,} ranks traced"] if s.world is not None else [])
 
 
 def waits(

@@ -270,15 +270,16 @@ def in_windows(pairs: pl.DataFrame, stages: dict[int, int], wins: pl.DataFrame) 
 
 def reduce_pipeline(
     ops: pl.DataFrame, work: pl.DataFrame, wins: pl.DataFrame
-) -> tuple[pl.DataFrame, dict[int, tuple[int, int]], dict | None]:
+) -> tuple[pl.DataFrame, dict[int, tuple[int, int]], dict | None, pl.DataFrame | None]:
     """The pipeline section's point-to-point part, from every file's operations and the stages' work: the
     paired receives by stage (``stage``, ``start``, ``end``, ``wait_end``, ``from_stage``, ``from_who``: for the
-    waits), each stage's (wait, transfer) inside the windows ``wins``, and the summary (pairs, wait_ns,
-    transfer_ns, unpaired by reason; None without operations)."""
+    waits), each stage's (wait, transfer) inside the windows ``wins``, the summary (pairs, wait_ns,
+    transfer_ns, unpaired by reason; None without operations) and the pairs (``match``: for the critical path
+    and the late ranks; None without operations)."""
     recv_schema = {"stage": pl.Int32, "start": pl.Int64, "end": pl.Int64, "wait_end": pl.Int64,
                    "from_stage": pl.Int32, "from_who": pl.Int64}
     if ops is None or ops.is_empty():
-        return pl.DataFrame(schema=recv_schema), {}, None
+        return pl.DataFrame(schema=recv_schema), {}, None, None
     stages = stage_of(ops, work)
     passes = work.filter((pl.col("role") == "compute") & pl.col("phase").is_not_null())
     pairs, unpaired = match(ops, stages, passes)
@@ -292,4 +293,4 @@ def reduce_pipeline(
     ).filter(pl.col("stage").is_not_null() & pl.col("from_stage").is_not_null())
     summary = {"pairs": pairs.height, "wait_ns": int(sums["p2p_wait_ns"].sum()),
                "transfer_ns": int(sums["p2p_transfer_ns"].sum()), "unpaired": unpaired}
-    return recvs.cast(recv_schema), per, summary  # type: ignore[arg-type]
+    return recvs.cast(recv_schema), per, summary, pairs  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """Map: one file's graph for the critical path (``CriticalPart``): its GPU runs, its host threads' waits on
-the GPU and its profiler steps, all small enough to cross to the reduce.
+the GPU, when each host thread was busy, and its steps as the GPU lives them, all small enough to cross to
+the reduce.
 
 A run is a stretch of one stream's work that stream order alone explains: each next operation of the same
 class (compute or memory) was launched before the stream went idle (its launch call began before the
@@ -13,6 +14,17 @@ file without steps), plus its communication kernels (one per collective call, as
 A file over that merges its shortest gaps first (host-caused ones too, whose time the runs keep as
 ``host_ns``) until it fits. The bound is each file's own: spans of a batch of rank files (``source``) are
 bounded file by file, as each alone.
+
+A host call waited for the GPU when its class is a blocking one (``idle.activity``: a synchronize, a blocking
+copy, the allocator) or when it is any other runtime call that began at least ``idle.account.BLOCKED_NS``
+before and returned within ``RETURN_NS`` after its participant's GPU work ended (the idle account's rule).
+Each host thread's time is busy where one of its spans has a class (an operator, a runtime call, a
+collective or data-loader range) and idle elsewhere (Python or nothing traced); busy stretches closer than
+``THREAD_GAP_NS`` are one, each marked with whether it launched GPU work. Bounded like the runs: at most the
+file's limit of stretches per thread, the shortest pauses joined first.
+
+Steps are ``idle.steps.gpu_steps``: each host step range extended to the end of the GPU work launched inside
+it (``cpu_end`` keeps the range's own end), so the breakdown, the strips and the path share one step.
 """
 
 from __future__ import annotations
@@ -21,10 +33,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipebubble.analysis.breakdown.rows import steps_of
 from pipebubble.analysis.comm.collectives import participant
-from pipebubble.analysis.intervals import ENGINE
-from pipebubble.analysis.launches import OP_KEY, same_process, with_launch
+from pipebubble.analysis.idle.account import BLOCKED_NS, RETURN_NS
+from pipebubble.analysis.idle.activity import BLOCKING, CLASSES, classes
+from pipebubble.analysis.idle.steps import cpu_steps, gpu_steps, launched
+from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.analysis.launches import OP_KEY, with_launch
 from pipebubble.spans import GPU_WORK, owner
 
 #: Two operations of one stream, the second launched before the first ended and starting at most this long
@@ -34,51 +48,79 @@ MERGE_GAP_NS = 5_000
 RUNS_PER_STEP = 2_000
 #: A synchronize returns a little after the work it waited for ended (µs clocks round both).
 SYNC_SLACK_NS = 2_000
-#: Host syncs that block the thread (not ``cudaStreamWaitEvent``/"Stream wait sync": a GPU-side wait).
-NOT_BLOCKING = r"(?i)wait"
+#: A host thread's busy spans closer than this are one busy stretch (Python between operators); a longer
+#: pause is one the thread may spend waiting for another thread of its process.
+THREAD_GAP_NS = 50_000
 
 NODE_SCHEMA = {"node": pl.Int64, "who": pl.Int64, "rank": pl.Int32, "pid": pl.Int64, "lane": pl.String,
                "stream": pl.Int64, "cls": pl.String, "start": pl.Int64, "end": pl.Int64, "at_lane": pl.String,
                "at": pl.Int64, "memory_ns": pl.Int64, "host_ns": pl.Int64, "wait_ns": pl.Int64}
 BLOCK_SCHEMA = {"who": pl.Int64, "lane": pl.String, "start": pl.Int64, "end": pl.Int64, "release": pl.Int64,
                 "release_end": pl.Int64}
-STEP_SCHEMA = {"who": pl.Int64, "step": pl.Int64, "lane": pl.String, "start": pl.Int64, "end": pl.Int64}
+STEP_SCHEMA = {"who": pl.Int64, "step": pl.Int64, "lane": pl.String, "start": pl.Int64, "end": pl.Int64,
+               "cpu_end": pl.Int64}
+THREAD_SCHEMA = {"who": pl.Int64, "pid": pl.Int64, "lane": pl.String, "start": pl.Int64, "end": pl.Int64,
+                 "launches": pl.Boolean}
 #: The times each frame holds: what ``shifted`` moves onto the job's clock.
-TIMES = {"nodes": ("start", "end", "at"), "blocks": ("start", "end", "release_end"), "steps": ("start", "end")}
+TIMES = {"nodes": ("start", "end", "at"), "blocks": ("start", "end", "release_end"),
+         "steps": ("start", "end", "cpu_end"), "threads": ("start", "end")}
 
 
 @dataclass(frozen=True)
 class CriticalPart:
     """One file's critical-path graph. ``nodes``: GPU runs (``NODE_SCHEMA``; ``node`` numbers them within
     the file); ``blocks``: host calls blocked on the GPU and the run that released each (``release``, at
-    ``release_end``); ``steps``: each participant's profiler steps and the thread that ran them."""
+    ``release_end``); ``steps``: each participant's steps as the GPU lives them, the thread that ran them
+    and the end of their host range (``cpu_end``); ``threads``: each host thread's busy stretches
+    (``THREAD_SCHEMA``)."""
 
     nodes: pl.DataFrame
     blocks: pl.DataFrame
     steps: pl.DataFrame
+    threads: pl.DataFrame
 
-    FRAMES = ("nodes", "blocks", "steps")
+    FRAMES = ("nodes", "blocks", "steps", "threads")
 
     def shifted(self, offset: int) -> CriticalPart:
         """The part with ``offset`` taken off every time it holds (its file's clock moved onto the job's)."""
         frames = {name: getattr(self, name) for name in TIMES}
         return CriticalPart(**{k: f.with_columns(pl.col(c) - offset for c in TIMES[k]) for k, f in frames.items()})
 
+    def by_participant(self) -> dict[int, CriticalPart]:
+        """The part of each participant (``who``) it holds: a batch's part split as each file's alone (node
+        numbers kept)."""
+        split = {name: _by_who(getattr(self, name)) for name in self.FRAMES}
+        whos = dict.fromkeys(who for name in self.FRAMES for who in split[name])
+        return {who: CriticalPart(**{name: split[name].get(who, getattr(self, name).clear()) for name in self.FRAMES})
+                for who in whos}
+
+    def cleared(self) -> CriticalPart:
+        """The part without rows (a participant of a batch with no GPU work)."""
+        return CriticalPart(**{name: getattr(self, name).clear() for name in self.FRAMES})
+
+
+def _by_who(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
+    return {rows["who"][0]: rows for rows in frame.partition_by("who", maintain_order=True)}
+
 
 def empty_part() -> CriticalPart:
-    return CriticalPart(*(pl.DataFrame(schema=s) for s in (NODE_SCHEMA, BLOCK_SCHEMA, STEP_SCHEMA)))
+    return CriticalPart(*(pl.DataFrame(schema=s) for s in (NODE_SCHEMA, BLOCK_SCHEMA, STEP_SCHEMA, THREAD_SCHEMA)))
 
 
-def critical_part(spans: pl.DataFrame, step_regex: str | None = None) -> CriticalPart:
-    """Map: the file's runs, blocked host calls and steps (``CriticalPart``; empty without GPU work)."""
+def critical_part(spans: pl.DataFrame, step_regex: str | None = None, lived: pl.DataFrame | None = None
+                  ) -> CriticalPart:
+    """Map: the file's runs, blocked host calls, steps and host threads' busy stretches (``CriticalPart``;
+    empty without GPU work). ``lived``: the table's steps as the GPU lives them (``idle.steps.STEP_SCHEMA``),
+    where the caller has them (the breakdown's inputs), so that both read one step table."""
     ops = _ops(spans)
     if ops.is_empty():
         return empty_part()
-    cpu = spans.filter(pl.col("device").is_null())
-    steps = _steps(cpu, step_regex)
-    ops = _runs(ops, _limits(ops, steps))
+    calls = _calls(spans, ops)
+    steps = _steps(calls, ops, step_regex, lived)
+    limits = _limits(ops, steps)
+    ops = _runs(ops, limits)
     nodes = _nodes(ops)
-    return CriticalPart(nodes, _blocks(cpu, ops, nodes), steps)
+    return CriticalPart(nodes, _blocks(calls, nodes), steps, _threads(calls, ops, limits))
 
 
 def _ops(spans: pl.DataFrame) -> pl.DataFrame:
@@ -88,7 +130,7 @@ def _ops(spans: pl.DataFrame) -> pl.DataFrame:
     cls = (pl.when(pl.col("kind") == "comm").then(pl.lit("comm"))
            .when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory")).otherwise(pl.lit("compute")))
     launched = with_launch(gpu, spans.lazy(), key=OP_KEY)
-    ops = launched.select(*OP_KEY, "rank", "pid", "at_lane", "at", who=participant(), cls=cls)
+    ops = launched.select(*OP_KEY, "rank", "pid", "at_lane", "at", "at_end", who=participant(), cls=cls)
     return ops.sort("lane", "stream", "start", "end").collect(engine=ENGINE)
 
 
@@ -141,34 +183,76 @@ def _nodes(ops: pl.DataFrame) -> pl.DataFrame:
     return runs.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA).collect(engine=ENGINE)  # type: ignore[arg-type]
 
 
-def _blocks(cpu: pl.DataFrame, ops: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
-    """Host calls that waited for the GPU (``BLOCK_SCHEMA``): synchronizes, and copy or memset calls whose
-    operation ended before they returned (a copy to pageable memory, ``cudaMemcpy``); each released by the
-    participant's run that ended last before it returned, if that was after the call began."""
-    syncs = cpu.lazy().filter((pl.col("kind") == "sync") & ~pl.col("name").str.contains(NOT_BLOCKING))
-    syncs = syncs.select(who=participant(), lane="lane", start="start", end="end")
-    calls = cpu.lazy().filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
-        "source", "correlation", "lane", "start", "end", at_pid="pid")
-    copies = ops.lazy().filter(pl.col("cls") == "memory").select("source", "correlation", "who", "pid", op_end="end")
-    held = calls.join(copies, on=["source", "correlation"]).filter(
-        same_process() & (pl.col("op_end") > pl.col("start")) & (pl.col("op_end") <= pl.col("end")))
-    found = pl.concat([syncs, held.select("who", "lane", "start", "end")]).with_columns(
-        probe=pl.col("end") + SYNC_SLACK_NS).sort("probe")
+def _calls(spans: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """The host spans of the participants whose GPU work ``ops`` holds, with ``who`` and their class
+    (``cls``: the first of ``idle.activity.CLASSES`` they belong to, a copy call whose copy ended before it
+    returned a blocking one; null for ranges that only label time)."""
+    held = ops.filter((pl.col("cls") == "memory") & (pl.col("end") > pl.col("at")) & (pl.col("end") <= pl.col(
+        "at_end"))).select(lane="at_lane", start="at")
+    found = classes(held)
+    cls = pl.coalesce(*(pl.when(found[c]).then(pl.lit(c)) for c in CLASSES))
+    mine = ops.select("who").unique().drop_nulls()
+    cpu = spans.lazy().filter(pl.col("device").is_null()).with_columns(who=participant())
+    return cpu.join(mine.lazy(), on="who").with_columns(cls=cls).collect(engine=ENGINE)
+
+
+def _blocks(calls: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """Host calls that waited for the GPU (``BLOCK_SCHEMA``; module docstring), each released by the
+    participant's run that ended last before it returned, if that was after the call began (and, for a call
+    blocking by its times alone, at least ``BLOCKED_NS`` after it began and within ``RETURN_NS`` of its
+    return)."""
+    timed = (pl.col("cls") == "launch") & (pl.col("end") + SYNC_SLACK_NS - pl.col("start") >= BLOCKED_NS)
+    found = calls.lazy().filter(pl.col("cls").is_in(BLOCKING) | timed).select(
+        "who", "lane", "start", "end", timed=timed).with_columns(probe=pl.col("end") + SYNC_SLACK_NS).sort("probe")
     ends = nodes.lazy().select("who", "node", node_end="end").sort("node_end")
+    waited = (pl.col("node_end") - pl.col("start") >= BLOCKED_NS) & (pl.col("node_end") >= pl.col("end") - RETURN_NS)
     hit = found.join_asof(ends, left_on="probe", right_on="node_end", by="who", strategy="backward",
-                          check_sortedness=False).filter(pl.col("node_end") > pl.col("start"))
+                          check_sortedness=False)
+    hit = hit.filter((pl.col("node_end") > pl.col("start")) & (~pl.col("timed") | waited))
     out = hit.select("who", "lane", "start", "end", release="node",
                      release_end=pl.min_horizontal("node_end", "end")).unique().sort("lane", "end", "start")
     return out.cast(BLOCK_SCHEMA).collect(engine=ENGINE)  # type: ignore[arg-type]
 
 
-def _steps(cpu: pl.DataFrame, step_regex: str | None) -> pl.DataFrame:
-    """Each participant's profiler steps (``breakdown.rows.steps_of``) with the thread that ran each."""
-    found = steps_of(cpu.lazy(), step_regex)
+def _threads(calls: pl.DataFrame, ops: pl.DataFrame, limits: pl.DataFrame) -> pl.DataFrame:
+    """Each host thread's busy stretches (``THREAD_SCHEMA``; module docstring): the union of its classed
+    spans, pauses shorter than ``THREAD_GAP_NS`` joined, and over the file's limit the shortest pauses
+    joined too."""
+    busy = calls.filter(pl.col("cls").is_not_null() & (pl.col("end") >= pl.col("start")))
+    if busy.is_empty():
+        return pl.DataFrame(schema=THREAD_SCHEMA)
+    keys = ["source", "who", "pid", "lane"]
+    union = merge(busy, keys).lazy().join(limits.lazy(), on="source", how="left")
+    pause = pl.col("start") - pl.col("end").shift(1).over(keys)
+    long = pause.fill_null(0) >= THREAD_GAP_NS
+    kept = pl.when(long).then(pause).rank("ordinal", descending=True).over(keys) < pl.col("limit").fill_null(
+        RUNS_PER_STEP)
+    opens = pause.is_null() | (long & kept.fill_null(False))
+    stretch = union.sort(*keys, "start").with_columns(k=opens.cum_sum().over(keys))
+    stretches = stretch.group_by(*keys, "k").agg(start=pl.col("start").min(), end=pl.col("end").max())
+    launched = ops.lazy().filter(pl.col("at").is_not_null()).select(lane="at_lane", at="at").sort("at")
+    marked = stretches.sort("start").join_asof(launched, left_on="start", right_on="at", by="lane",
+                                               strategy="forward", check_sortedness=False)
+    out = marked.select("who", "pid", "lane", "start", "end", launches=(pl.col("at") <= pl.col("end")).fill_null(
+        False)).sort("lane", "start")
+    return out.cast(THREAD_SCHEMA).collect(engine=ENGINE)  # type: ignore[arg-type]
+
+
+def _steps(calls: pl.DataFrame, ops: pl.DataFrame, step_regex: str | None, lived: pl.DataFrame | None
+           ) -> pl.DataFrame:
+    """Each participant's steps as the GPU lives them (``lived``, else ``idle.steps.gpu_steps`` of its host
+    ranges) with the thread that ran each and the end of its host range (``cpu_end``)."""
+    found = cpu_steps(calls.lazy(), step_regex)
     if found.is_empty():
         return pl.DataFrame(schema=STEP_SCHEMA)
-    ranges = cpu.lazy().filter(pl.col("kind").is_in(["annotation", "step"])).select(
+    if lived is None:
+        rows = ops.with_row_index("row")
+        launch = rows.filter(pl.col("at").is_not_null()).select("row", "at")
+        lived = gpu_steps(found, launched(rows.select("row", "end", owner=owner()), launch))
+    ranges = calls.lazy().filter(pl.col("kind").is_in(["annotation", "step"])).select(
         "lane", owner=owner(), ws="start", we="end", who=participant())
-    joined = found.lazy().join(ranges, on=["owner", "ws", "we"]).unique(["owner", "step", "ws", "we"], keep="first")
-    out = joined.select("who", "step", "lane", start="ws", end="we").sort("who", "start")
+    host = found.lazy().join(ranges, on=["owner", "ws", "we"]).unique(["owner", "step", "ws", "we"], keep="first")
+    host = host.select("owner", "step", "lane", "who", cpu_end="we")
+    joined = lived.lazy().join(host, on=["owner", "step", "cpu_end"])
+    out = joined.select("who", "step", "lane", start="ws", end="we", cpu_end="cpu_end").sort("who", "start")
     return out.cast(STEP_SCHEMA).collect(engine=ENGINE)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """Reduce: the critical path of each step across ranks, from every file's ``CriticalPart`` on the job's clock,
-the matched collectives (``collectives.match``) and the send/recv pairs (``p2p.pair``).
+the matched collectives (``collectives.match``) and the send/recv pairs (``p2p.match``).
 
 Each run's start was released by one of: the stream's previous run (stream order), its launch (the host
 launched it after the stream went idle), another stream's run of its GPU that ended after both (an event
@@ -8,19 +8,29 @@ arrival on another rank (``last``), for a receive its send's start. The latest o
 longest-path walk. Walking back from the step's end: a run's time is its class's; at its start the path
 follows what released it (the gap between is ``waiting``; a launch's latency is ``host``); a collective
 kernel whose last member arrived from another rank is communication from that arrival on, and the path
-jumps to the last member's kernel there (its own spin before is not on the path); on a host thread the
-path is ``host`` back to the last call that blocked on the GPU (a synchronize, a blocking copy), ``waiting``
-from the run that released that call to its return, then on that run. Each move ends where the next begins,
-so the segments tile the step: their lengths add up to its duration.
+jumps to the last member's kernel there (its own spin before is not on the path).
 
-A step is the job's profiler step N: from the first participant's start of it to the last one's end, the
-walk starting on the thread of the one that ended last. A job without steps is one step: from its first GPU
-work to its last, the walk starting at the run that ended last.
+On a host thread the path is ``host`` back through the thread's busy stretches (``part.THREAD_SCHEMA``) and
+the pauses between them, until one of:
+
+- a call that blocked on the GPU (a synchronize, a blocking copy, the allocator) returned: ``waiting`` from
+  the run that released it to its return, then on that run;
+- the thread was idle while another thread of its process launched GPU work (the autograd engine's thread
+  running the backward the main thread waits for, a communication thread): ``waiting`` from the end of that
+  thread's last launching stretch before (or now, where it is still busy) to now, then on that thread.
+
+Each move ends where the next begins, so the segments tile the step: their lengths add up to its duration.
+
+A step is the job's step N as the GPU lives it (``part``: the host's range extended to the end of the GPU
+work launched inside it): from the first participant's start of it to the last one's end, the walk starting
+where the one that ended last was at that end: on the GPU run it was running when its step ended on the GPU
+(after its host range), else on the thread that ran the range. A job without steps is one step: from its
+first GPU work to its last, the walk starting at the run that ended last.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 import polars as pl
 
@@ -34,15 +44,15 @@ KINDS = ("compute", "memory", "comm", "host", "waiting")
 MAX_SEGMENTS = 500
 
 
-def critical_paths(parts: list[CriticalPart], matched: pl.DataFrame | None = None,
-                   pairs: pl.DataFrame | None = None) -> list[CriticalPath]:
+def critical_paths(parts: list[CriticalPart], matched: pl.DataFrame | None,
+                   pairs: pl.DataFrame | None) -> list[CriticalPath]:
     """Reduce: every step's critical path (module docstring), in step order; none without GPU work.
     ``parts``: each file's part, shifted onto the job's clock; ``matched``: ``collectives.match``'s rows;
-    ``pairs``: ``p2p.pair``'s."""
-    nodes, blocks, steps = _joined(parts) if parts else (pl.DataFrame(), None, None)
+    ``pairs``: ``p2p.match``'s (None: the job has none)."""
+    nodes, blocks, steps, threads = _joined(parts) if parts else (pl.DataFrame(), None, None, None)
     if nodes.is_empty():
         return []
-    graph = _Graph(_released(nodes, matched, pairs), blocks)
+    graph = _Graph(_released(nodes, matched, pairs), blocks, threads)
     return [_path(graph, *window) for window in _windows(nodes, steps)]
 
 
@@ -52,9 +62,9 @@ def median_path(paths: list[CriticalPath]) -> CriticalPath | None:
     return ordered[(len(ordered) - 1) // 2] if ordered else None
 
 
-def _joined(parts: list[CriticalPart]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Every file's nodes, blocks and steps, nodes numbered 0, 1, ... across files (a batch's part split by
-    participant keeps its batch's numbers: each part's are moved past the highest before)."""
+def _joined(parts: list[CriticalPart]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Every file's nodes, blocks, steps and threads, nodes numbered 0, 1, ... across files (a batch's part
+    split by participant keeps its batch's numbers: each part's are moved past the highest before)."""
     offsets, offset = [], 0
     for part in parts:
         offsets.append(offset)
@@ -63,8 +73,8 @@ def _joined(parts: list[CriticalPart]) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
     blocks = _moved([p.blocks for p in parts], offsets, "release")
     dense = {"old": nodes["node"], "new": pl.int_range(nodes.height, dtype=pl.Int64, eager=True)}
     renumber = pl.col("release").replace_strict(dense["old"], dense["new"], default=None)
-    return nodes.with_columns(node=dense["new"]), blocks.with_columns(release=renumber), pl.concat(
-        [p.steps for p in parts])
+    return (nodes.with_columns(node=dense["new"]), blocks.with_columns(release=renumber),
+            pl.concat([p.steps for p in parts]), pl.concat([p.threads for p in parts]))
 
 
 def _moved(frames: list[pl.DataFrame], offsets: list[int], column: str) -> pl.DataFrame:
@@ -129,15 +139,31 @@ def _send_peers(nodes: pl.DataFrame, pairs: pl.DataFrame | None) -> pl.DataFrame
 
 
 def _windows(nodes: pl.DataFrame, steps: pl.DataFrame) -> list[tuple]:
-    """(step, start, end, start state) per job step: the steps' span over participants, the walk starting on
-    the thread of the one that ended last; one window over all GPU work without steps."""
+    """(step, start, end, start state) per job step: the steps' span over participants, the walk starting
+    where the one that ended last was (module docstring); one window over all GPU work without steps."""
     if steps.is_empty():
         last = nodes.sort("end", "node").row(-1, named=True)
         return [(None, int(nodes["start"].min()), last["end"], ("node", last["node"]))]
     spans = steps.sort("end", "who").group_by("step", maintain_order=True).agg(
-        start=pl.col("start").min(), end=pl.col("end").last(), lane=pl.col("lane").last(), who=pl.col("who").last())
-    return [(r["step"], r["start"], r["end"], ("host", r["lane"], r["who"]))
-            for r in spans.sort("step").iter_rows(named=True)]
+        start=pl.col("start").min(), end=pl.col("end").last(), lane=pl.col("lane").last(), who=pl.col("who").last(),
+        on_gpu=(pl.col("end") > pl.col("cpu_end")).last())
+    spans = _running(spans.sort("step"), nodes)
+    return [(r["step"], r["start"], r["end"], ("node", r["node"]) if r["on_gpu"] and r["node"] is not None
+             else ("host", r["lane"], r["who"])) for r in spans.iter_rows(named=True)]
+
+
+def _running(ends: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """``ends`` (who, end) with ``node``: the run of that participant running at ``end`` (begun before it and
+    ending at or after it; of several streams', the one ending first), null where none is."""
+    stream = pl.col("stream").fill_null(-1)
+    runs = nodes.select("who", "lane", "node", "start", stream=stream, node_end="end").sort("start")
+    probes = ends.with_row_index("probe").select("probe", "who", "end").join(
+        runs.select("who", "lane", "stream").unique(), on="who")
+    found = probes.sort("end").join_asof(runs, left_on="end", right_on="start", by=["who", "lane", "stream"],
+                                         strategy="backward", allow_exact_matches=False, check_sortedness=False)
+    best = found.filter(pl.col("node_end") >= pl.col("end")).sort("node_end", "node").unique("probe", keep="first")
+    return ends.with_row_index("probe").join(best.select("probe", "node"), on="probe", how="left").sort(
+        "probe").drop("probe")
 
 
 #: A missing value in the walk's integer columns (times lie within ±2**62).
@@ -149,9 +175,11 @@ _INTS = ("who", "start", "end", "memory_ns", "host_ns", "wait_ns", "from_node", 
 
 class _Graph:
     """The nodes as arrays indexed by node id (``NULL`` for missing values; strings as codes into
-    ``names``: a few bytes a node, for millions of them) and each thread's blocked calls in order of return."""
+    ``names``: a few bytes a node, for millions of them), each thread's blocked calls in order of return,
+    its busy stretches (``busy``; those that launched GPU work, ``launching``) and the other threads of its
+    process (``siblings``)."""
 
-    def __init__(self, nodes: pl.DataFrame, blocks: pl.DataFrame) -> None:
+    def __init__(self, nodes: pl.DataFrame, blocks: pl.DataFrame, threads: pl.DataFrame) -> None:
         lanes = pl.format("{}/stream{}", "lane", pl.col("stream").fill_null(-1))
         strings = nodes.select(lane=lanes, at_lane="at_lane", cls="cls", from_kind="from_kind")
         self.names = pl.concat([strings[c] for c in strings.columns]).unique(maintain_order=True).to_list()
@@ -162,6 +190,20 @@ class _Graph:
         for part in blocks.sort("end", "start").partition_by("lane", maintain_order=True):
             rows = list(part.select("end", "release", "release_end").iter_rows())
             self.blocks[part["lane"][0]] = ([r[0] for r in rows], rows)
+        self.busy: dict[str, tuple[list[int], list[int]]] = {}
+        self.launching: dict[str, tuple[list[int], list[int]]] = {}
+        process: dict[tuple, list[str]] = {}
+        ordered = threads.sort("lane", "start")
+        columns = (ordered[c].to_list() for c in ("who", "pid", "lane", "start", "end", "launches"))
+        for who, pid, lane, lo, hi, launches in zip(*columns, strict=True):
+            if lane not in self.busy:
+                self.busy[lane], self.launching[lane] = ([], []), ([], [])
+                process.setdefault((who, pid), []).append(lane)
+            for kept in (self.busy[lane], self.launching[lane]) if launches else (self.busy[lane],):
+                kept[0].append(lo)
+                kept[1].append(hi)
+        #: the other threads of each thread's process
+        self.siblings = {lane: [o for o in lanes if o != lane] for lanes in process.values() for lane in lanes}
 
     def text(self, column: str, node: int) -> str | None:
         """A string column's value at ``node``."""
@@ -172,6 +214,32 @@ class _Graph:
         ends, rows = self.blocks.get(lane, ([], []))
         k = bisect_right(ends, t) - 1
         return rows[k] if k >= 0 else None
+
+    def stretch_at(self, lane: str, t: int) -> tuple[int, int] | None:
+        """(start, end) of ``lane``'s busy stretch that began before ``t`` and lasts until ``t`` at least."""
+        starts, ends = self.busy.get(lane, ([], []))
+        k = bisect_left(starts, t) - 1
+        return (starts[k], ends[k]) if k >= 0 and ends[k] >= t else None
+
+    def idle_since(self, lane: str, t: int) -> int | None:
+        """When ``lane``'s last busy stretch ending before ``t`` ended (None: none did)."""
+        ends = self.busy.get(lane, ([], []))[1]
+        k = bisect_left(ends, t) - 1
+        return ends[k] if k >= 0 else None
+
+    def handed_to(self, lane: str, since: int | None, t: int) -> tuple[str, int] | None:
+        """(thread, when): the thread of ``lane``'s process that launched GPU work last before ``t`` while
+        ``lane`` was idle (after ``since``), and when that stretch ended (``t`` if it still ran)."""
+        best = None
+        for other in self.siblings.get(lane, []):
+            starts, ends = self.launching[other]
+            k = bisect_left(starts, t) - 1
+            if k < 0:
+                continue
+            at = min(ends[k], t)
+            if (since is None or at > since) and (best is None or at > best[1]):
+                best = (other, at)
+        return best
 
 
 class _Walk:
@@ -215,16 +283,10 @@ def _path(graph: _Graph, step: int | None, start: int, end: int, state: tuple) -
     t, seen, c = end, set(), graph.col
     while t > start:
         if state[0] == "host":
-            _, lane, who = state
-            block = graph.block_before(lane, t)
-            if block is None:
-                walk.emit(who, lane, start, t, "host")
-                break
-            b_end, node, released = block
-            walk.emit(who, lane, b_end, t, "host")
-            walk.emit(who, lane, released, b_end, "waiting")
-            state, t = ("node", node), min(released, t)
+            state, t = _host(walk, state, t)
             continue
+        if state[0] == "end":
+            break
         node = state[1]
         if node in seen:  # no progress (runs of no length released by each other)
             walk.emit(c["who"][node], graph.text("lane", node), start, t, "waiting")
@@ -240,6 +302,34 @@ def _path(graph: _Graph, step: int | None, start: int, end: int, state: tuple) -
             t = min(int(c["start"][node]), t)
         state, t = _release(walk, node, t)
     return _finished(walk, step, start, end)
+
+
+def _host(walk: _Walk, state: tuple, t: int) -> tuple[tuple, int]:
+    """One move back on a host thread from ``t`` (module docstring): through a busy stretch to the call that
+    blocked last in it or to its start, through a pause to the thread it waited for, or (idle with no other
+    thread launching) back to its last busy stretch; at the step's start, the end of the walk."""
+    g, (_, lane, who) = walk.g, state
+    stretch = g.stretch_at(lane, t)
+    if stretch is not None:
+        block = g.block_before(lane, t)
+        if block is not None and block[0] > stretch[0]:
+            b_end, node, released = block
+            walk.emit(who, lane, b_end, t, "host")
+            walk.emit(who, lane, released, b_end, "waiting")
+            return ("node", node), min(released, t)
+        walk.emit(who, lane, stretch[0], t, "host")
+        return state, stretch[0]
+    since = g.idle_since(lane, t)
+    other = g.handed_to(lane, since, t)
+    if other is not None:
+        thread, at = other
+        walk.emit(who, lane, at, t, "waiting")
+        return ("host", thread, who), at
+    if since is None:
+        walk.emit(who, lane, walk.floor, t, "host")
+        return ("end",), walk.floor
+    walk.emit(who, lane, since, t, "host")
+    return state, since
 
 
 def _release(walk: _Walk, node: int, t: int) -> tuple[tuple, int]:

@@ -17,10 +17,22 @@ from pipebubble.report.findings import Finding, Where
 
 @dataclass(frozen=True)
 class Step:
-    """The step a finding's worth is part of: ``ns`` long (a mean over ``count`` measured steps)."""
+    """The step a finding's worth is part of: ``ns`` long (a mean over ``count`` measured steps); ``per`` is
+    ``"step"``, or ``"window"`` for a trace without step markers (its GPUs' windows stand for the step, and a
+    report must not say "per step" of them)."""
 
     ns: int
     count: int
+    per: str = "step"
+
+    @property
+    def per_words(self) -> str:
+        """How a title says "each time": ``a step``, or ``over the window``."""
+        return "a step" if self.per == "step" else "over the window"
+
+    def how(self, what: str) -> str:
+        """A worth's ``how``: ``what`` per step and the mean over steps, or over the window."""
+        return f"per step, {what}; mean over steps" if self.per == "step" else f"over each GPU's window, {what}"
 
 
 def step_rows(report: Report) -> list[list[Breakdown]]:
@@ -47,7 +59,8 @@ def gpu_step(groups: list[list[Breakdown]]) -> Step | None:
     window; None without rows."""
     if not groups:
         return None
-    return Step(mean([max(b.window_ns for b in rows) for rows in groups]), len(groups))
+    per = "window" if all(b.step is None for rows in groups for b in rows) else "step"
+    return Step(mean([max(b.window_ns for b in rows) for rows in groups]), len(groups), per)
 
 
 def gpus(report: Report) -> int:
@@ -71,11 +84,15 @@ def ms(ns: float) -> str:
 
 
 def finding(
-    kind: str, title: str, where: Where, cause: str, evidence: dict, worth_ns: int, frees: int, step_ns: int,
+    kind: str, title: str, where: Where, cause: str, evidence: dict, worth_ns: int, frees: int, step_ns: int | Step,
     action: str, how: str,
 ) -> Finding:
     """A finding worth ``worth_ns`` of a ``step_ns`` step on ``frees`` GPUs: ``worth_gpu_ns`` = worth x GPUs,
-    ``worth_share`` = worth / step; ``step_ns`` joins the evidence (the cost per hour is priced from it)."""
+    ``worth_share`` = worth / step; ``step_ns`` joins the evidence (the cost per hour is priced from it), and,
+    given a ``Step`` measured over windows rather than steps, ``per: "window"``."""
+    if isinstance(step_ns, Step):
+        evidence = {**evidence, "per": "window"} if step_ns.per == "window" else evidence
+        step_ns = step_ns.ns
     return Finding(
         kind=kind, title=title, where=where, cause=cause, evidence={**evidence, "step_ns": step_ns},
         worth_ns=worth_ns, worth_gpu_ns=worth_ns * frees, action=action, how=how,

@@ -29,6 +29,7 @@ class PipelineSection:
     waits: list[Wait] = field(default_factory=list)
     timeline: list[Segment] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # why the stages found are not a pipeline
+    pairs: pl.DataFrame | None = field(default=None, compare=False)  # sends paired with receives (``p2p.match``)
 
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
@@ -139,7 +140,7 @@ def reduce_stages(
     stage_rows = _stages(table, work, names, counts)
     if len(stage_rows) < min(p, 2) or not _measurable(wins):
         return PipelineSection()  # no two stages with work of any length: nothing pipeline-shaped to measure
-    recvs, per, paired = pp.reduce_pipeline(ops, labelled, wins) if p >= 2 else (None, {}, None)
+    recvs, per, paired, pairs = pp.reduce_pipeline(ops, labelled, wins) if p >= 2 else (None, {}, None, None)
     stage_rows = [replace(s, p2p_wait_ns=per[s.stage][0], p2p_transfer_ns=per[s.stage][1]) if s.stage in per else s
                   for s in stage_rows]
     waits = find_waits(work, wins, host, options.wait_threshold, facts["mode"] == "gpu", recvs)
@@ -148,7 +149,8 @@ def reduce_stages(
     if p == 1:
         return PipelineSection(stage_rows, None, waits, timeline(work))
     pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
-    return PipelineSection(stage_rows, replace(pipeline, evidence=found, p2p=paired), waits, timeline(work))
+    return PipelineSection(stage_rows, replace(pipeline, evidence=found, p2p=paired), waits, timeline(work),
+                           pairs=pairs)
 
 
 def _measurable(wins: pl.DataFrame) -> bool:

@@ -39,7 +39,7 @@ class LateRank:
     chain: list[Link] = field(default_factory=list)
 
 
-def late_ranks(windows: pl.DataFrame, matched: pl.DataFrame, pairs: pl.DataFrame | None = None,
+def late_ranks(windows: pl.DataFrame, matched: pl.DataFrame, pairs: pl.DataFrame | None,
                material: float = MATERIAL) -> list[LateRank]:
     """Reduce: the late ranks of the job, most worth first, from every file's ``part.windows`` (on the job's
     clock), the matched collectives (``collectives.match``) and the paired sends and receives

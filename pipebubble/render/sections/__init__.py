@@ -17,6 +17,7 @@ from pipebubble.render.cells import Table, num, pct, share, time  # renderers: T
 from pipebubble.render.choices import TOP
 from pipebubble.render.sections import collectives, gputime, pipeline, requests, serving
 from pipebubble.report import Report
+from pipebubble.report.words import reason_words
 
 # The report's sections, top to bottom, written once: every document renderer (terminal, Markdown, HTML) walks
 # this order. "findings" (a summary line and one item per finding, ``findings``), "gpu_timeline" (one
@@ -105,7 +106,7 @@ def ingest_lines(report: Report, warnings: bool = True) -> list[str]:
     ing = report.ingest
     line = f"{len(ing.files)} file(s), {ing.events_read:,} events, {ing.spans:,} spans"
     if ing.skipped:
-        line += "; not spans: " + ", ".join(f"{k} {v:,}" for k, v in ing.skipped.items())
+        line += "; not spans: " + ", ".join(f"{reason_words(k)} {v:,}" for k, v in ing.skipped.items())
     return [line] + ([f"warning: {w}" for w in ing.warnings] if warnings else [])
 
 

@@ -51,7 +51,7 @@ def straggler(rank: int | None, ranks: list[CollectiveRank], unit: str = "ms", p
     if found is None:
         return f"straggler: {who(rank, pid)}"
     return (f"straggler: {who(rank, pid)} arrived last at {found.last:,} of {found.calls:,} collectives;"
-            f" others waited {time(found.late_ns, unit)} {unit} for it")
+            f" others waited {time(found.late_ns, unit)} {unit} in all at those calls, summed over peers and calls")
 
 
 def rank_table(report: Report, limit: int | None = None, unit: str = "ms") -> Table:

@@ -6,15 +6,19 @@ from __future__ import annotations
 from pipebubble.render.cells import num, pct, time
 from pipebubble.report import Report
 from pipebubble.report.findings import THRESHOLD, Finding
+from pipebubble.report.words import cause_words, kind_words
 
 
 def summary(report: Report) -> str:
     """``findings: 3, giving back up to ... a step``, or that nothing is worth more than the threshold."""
     found = report.findings
+    per = "the window" if found and all(f.evidence.get("per") == "window" for f in found) else "a step"
     if not found:
         return f"Findings: nothing worth more than {THRESHOLD * 100:g} % of a step"
-    return (f"Findings ({len(found)}, what a fix would give back per step, biggest first; the gains do not add up:"
-            " fixing one changes the others)")
+    # a profile mostly of start-up opens the list whatever its worth (analysis/findings: ``leads``)
+    order = "start-up first, then biggest" if found[0].evidence.get("leads") else "biggest first"
+    return (f"Findings ({len(found)}, what a fix would give back {'over' if per == 'the window' else 'per'}"
+            f" {per.removeprefix('a ')}, {order}; the gains do not add up: fixing one changes the others)")
 
 
 def items(report: Report, unit: str = "ms") -> list[tuple[str, str]]:
@@ -25,23 +29,27 @@ def items(report: Report, unit: str = "ms") -> list[tuple[str, str]]:
 
 
 def _headline(k: int, f: Finding, unit: str, billed: str) -> str:
-    worth = [pct(f.worth_share) + " of the step"] if f.worth_share is not None else []
+    window = f.evidence.get("per") == "window"
+    worth = [pct(f.worth_share) + (" of the window" if window else " of the step")] if f.worth_share is not None else []
     worth += [f"{time(f.worth_gpu_ns, unit)} {billed}-{unit}"] + ([f"${num(f.cost_per_hour)}/hour"]
                                                             if f.cost_per_hour is not None else [])
-    return f"{k}. {time(f.worth_ns, unit)} {unit} a step ({', '.join(worth)}): {f.title}"
+    return f"{k}. {time(f.worth_ns, unit)} {unit} {'over the window' if window else 'a step'} ({', '.join(worth)}):" \
+           f" {f.title}"
 
 
 def _detail(f: Finding) -> str:
     where = _where(f)
-    return "; ".join([*([f"where: {where}"] if where else []), f"cause: {f.cause}", f"try: {f.action}",
+    return "; ".join([*([f"where: {where}"] if where else []), f"cause: {cause_words(f.cause)}", f"try: {f.action}",
                       f"worth: {f.how}"])
 
 
 def marks(report: Report, top: int = 3) -> list[tuple[str | int, str]]:
-    """Where the ``top`` findings lie, as the GPU timeline marks them: (GPU lane or rank, ``#k kind``)."""
+    """Where the ``top`` findings lie, as the GPU timeline marks them: (GPU lane or rank, ``#k kind``, the kind
+    in words)."""
     out: list[tuple[str | int, str]] = []
     for k, f in enumerate(report.findings[:top], 1):
-        out += [(gpu, f"#{k} {f.kind}") for gpu in f.where.gpus] + [(rank, f"#{k} {f.kind}") for rank in f.where.ranks]
+        label = f"#{k} {kind_words(f.kind)}"
+        out += [(gpu, label) for gpu in f.where.gpus] + [(rank, label) for rank in f.where.ranks]
     return out
 
 

@@ -27,11 +27,18 @@ LOOK = {
     "compute": ("█", "compute", "#0072b2"),
     "comm": ("▓", "comm", "#f0e442"),
     "memory": ("░", "memory", "#56b4e9"),
-    "host_launch": ("h", "idle: host launch", "#882255"),
-    "sync": ("s", "idle: sync", "#999933"),
-    "peer": ("p", "idle: peer", "#aa4499"),
-    "other": ("·", "idle: other", "#bbbbbb"),
+    "sync_stall": ("s", "idle: sync stall", "#999933"),
+    "blocking_copy": ("c", "idle: blocking copy", "#117733"),
+    "allocator": ("a", "idle: allocator", "#44aa99"),
+    "cpu_ops": ("o", "idle: CPU-bound (operators)", "#882255"),
+    "python": ("y", "idle: CPU-bound (Python / untraced)", "#cc6677"),
+    "launch": ("l", "idle: launch overhead", "#ddcc77"),
+    "peer": ("p", "idle: waiting for a peer", "#aa4499"),
+    "data_loader": ("D", "idle: data loader", "#332288"),
+    "dependency": ("d", "idle: dependency", "#88ccee"),
+    "unknown": ("·", "idle: unknown", "#bbbbbb"),
 }
+assert tuple(LOOK) == CLASSES  # a look for every class of the strips
 OUTSIDE = " "  # a column outside the GPU's step
 TEXT_ROWS = 64  # GPU rows in text; the SVG draws SVG_ROWS
 SVG_ROWS = 256
@@ -64,7 +71,7 @@ def text(strips: Strips, width: int, marks: Marks = (), rows: int = TEXT_ROWS) -
         tail = " " + MARK + shorten(note, mark_w - len(MARK) - 1) if note and mark_w > len(MARK) + 1 else ""
         lines.append(f"{label:>{pad}} │{_cells(strip, start, end, columns)}│{tail}".rstrip())
     lines.append((" " * (pad + 2) + timeline.axis(0, end - start, columns)).rstrip())
-    lines += _legend_lines(width)
+    lines += _legend_lines(width, _shown_classes(strips))
     if more:
         lines.append(f"… {more:,} more GPU{'s' * (more != 1)} not shown ({EVERY})")
     if strips.missing:
@@ -127,9 +134,16 @@ def _char(tally: list[float]) -> str:
     return LOOK[CLASSES[tally.index(max(tally))]][0]
 
 
-def _legend_lines(width: int) -> list[str]:
-    """The legend's items, as many to a line as fit in ``width``."""
-    items = [f"{char} {words}" for char, words, _ in LOOK.values()] + ["blank: outside the step", "axis in ms"]
+def _shown_classes(strips: Strips) -> list[str]:
+    """The classes the strips hold some time of (the work classes always), in ``CLASSES`` order: the legend
+    names those."""
+    held = {k for strip in strips.rows for b in strip.bins for k, ns in enumerate(b) if ns}
+    return [c for k, c in enumerate(CLASSES) if k < 3 or k in held]
+
+
+def _legend_lines(width: int, shown: list[str]) -> list[str]:
+    """The legend's items (the classes ``shown``), as many to a line as fit in ``width``."""
+    items = [f"{LOOK[c][0]} {LOOK[c][1]}" for c in shown] + ["blank: outside the step", "axis in ms"]
     lines, line = [], ""
     for item in items:
         if line and len(line) + 3 + len(item) > width:
@@ -216,8 +230,8 @@ def _axis(start: int, end: int, right: int, y: int) -> list[str]:
             f"{timeline.tick_label(t, tick)}</text>" for t in range(0, end - start, tick)]
 
 
-def legend_html() -> str:
-    """The SVG's key, as the HTML page's legends are written."""
-    items = "".join(f'<span><i style="background:{colour}"></i>{escape(words)}</span>'
-                    for _, words, colour in LOOK.values())
+def legend_html(strips: Strips) -> str:
+    """The SVG's key (the classes the strips hold), as the HTML page's legends are written."""
+    items = "".join(f'<span><i style="background:{LOOK[c][2]}"></i>{escape(LOOK[c][1])}</span>'
+                    for c in _shown_classes(strips))
     return f'<p class="legend">{items} (share of each bin; hover for times; axis in ms)</p>'

@@ -12,8 +12,12 @@ from __future__ import annotations
 from pipebubble.render.cells import Table, natural, num, pct, share, time
 from pipebubble.render.choices import TOP
 from pipebubble.report import Breakdown, CallStat, Report
+from pipebubble.report.idle import CAUSES
 
-CAUSES = ("host_launch", "sync", "peer", "other")  # Breakdown.idle_causes keys, in the order shown
+#: An idle cause as a column says it (``report.idle.WORDS`` has the long form).
+COLUMNS = {"sync_stall": "sync", "blocking_copy": "copy", "allocator": "alloc", "cpu_ops": "CPU ops",
+           "python": "Python", "launch": "launch", "peer": "peer", "data_loader": "loader", "dependency": "dep",
+           "unknown": "unknown"}
 # What a stacked bar shows, in order: (label, Breakdown field); they add up to the window
 PARTS = (("compute", "compute_ns"), ("exposed comm", "comm_exposed_ns"), ("exposed memory", "memory_exposed_ns"),
          ("idle", "idle_ns"))
@@ -52,9 +56,10 @@ def breakdown_table(report: Report, limit: int | None = None, unit: str = "ms") 
 
 
 def causes(rows: list[Breakdown]) -> list[str]:
-    """The idle causes to show: the four known ones, then any other the report holds."""
-    found = {key for b in rows for key in b.idle_causes}
-    return [*CAUSES, *sorted(found - set(CAUSES))] if found else []
+    """The idle causes to show: the known ones some GPU has time of, in ``CAUSES`` order, then any other the
+    report holds (a report saved by another version)."""
+    held = {key for b in rows for key, ns in b.idle_causes.items() if ns}
+    return [*(c for c in CAUSES if c in held), *sorted(held - set(CAUSES))]
 
 
 def idle_table(report: Report, limit: int | None = None, unit: str = "ms") -> Table:
@@ -63,10 +68,13 @@ def idle_table(report: Report, limit: int | None = None, unit: str = "ms") -> Ta
     keys = causes(every)
     shown, notes = _capped(every if keys else [], limit, "GPUs")
     rows = [[b.lane, time(b.idle_ns, unit), *(time(b.idle_causes.get(key), unit) for key in keys)] for b in shown]
-    columns = ["gpu", f"idle {unit}", *(f"{key.replace('_', ' ')} {unit}" for key in keys)]
-    return Table(f"GPU idle by cause ({unit}; host launch: the next op was launched after the GPU went idle; sync:"
-                 " its thread was in a synchronize; peer: in a collective or send/recv, waiting on another rank;"
-                 " other: a stream or event dependency, or an unknown launch)",
+    columns = ["gpu", f"idle {unit}", *(f"{COLUMNS.get(key, key.replace('_', ' '))} {unit}" for key in keys)]
+    return Table(f"GPU idle by cause ({unit}; each gap followed to the launch of the op that ended it and what its"
+                 " host thread did until then: sync: a synchronize and the refill after it; copy: a blocking copy;"
+                 " alloc: cudaMalloc/cudaFree; CPU ops: host operators; Python: Python or untraced time; launch:"
+                 " the launch call and its latency; peer: a collective or send/recv call; loader: the data loader;"
+                 " dep: launched before the GPU went idle (an event or another stream); unknown: no launch"
+                 " recorded, or outside the GPU's work)",
                  columns, rows, frozenset(range(1, len(columns))), notes)
 
 

@@ -35,20 +35,21 @@ def table(rows: list[tuple]) -> pl.DataFrame:
 
 
 #: Two GPUs, steps 7 [0,40) and 8 [40,60), 4 bins a step (10 ns, then 5 ns). GPU 0: compute, comm, memcpy,
-#: then idle until a kernel launched late (at 35, idle since 30: host_launch); step 8: that kernel, then idle
-#: after its last op (other). GPU 1: compute, idle while its thread synchronizes (sync), compute, idle while
-#: it is in an all-reduce (peer); step 8: the kernel that ended the wait, and idle after it.
+#: then idle until a kernel launched late (at 40, idle since 30 while its thread ran nothing traced: python);
+#: step 8: that kernel, then idle after its last op (unknown). GPU 1: compute, idle while its thread
+#: synchronizes (sync_stall), compute, idle while it is in an all-reduce (peer); step 8: the kernel that ended
+#: the wait, and idle after it. Every kernel is launched in the step it runs in, so the steps keep their ranges.
 TWO_GPUS = [
     (0, "kernel", "gemm", 0, 10, 1), (0, "comm", "ncclDevKernel_AllReduce", 10, 20, 2),
     (0, "memcpy", "Memcpy DtoH", 20, 30, 3), (0, "kernel", "gemm", 40, 50, 4),
-    (0, "runtime", "cudaLaunchKernel", -3, -2, 1), (0, "runtime", "cudaLaunchKernel", 35, 36, 4),
+    (0, "runtime", "cudaLaunchKernel", -3, -2, 1), (0, "runtime", "cudaLaunchKernel", 40, 41, 4),
     (1, "kernel", "gemm", 0, 10, 1), (1, "kernel", "gemm", 20, 30, 2), (1, "kernel", "gemm", 40, 45, 3),
     (1, "runtime", "cudaLaunchKernel", -3, -2, 1), (1, "sync", "cudaStreamSynchronize", 5, 19, None),
-    (1, "runtime", "cudaLaunchKernel", 19, 20, 2), (1, "cpu_op", "c10d::allreduce_", 25, 39, None),
-    (1, "runtime", "cudaLaunchKernel", 39, 40, 3),
+    (1, "runtime", "cudaLaunchKernel", 19, 20, 2), (1, "cpu_op", "c10d::allreduce_", 25, 40, None),
+    (1, "runtime", "cudaLaunchKernel", 40, 41, 3),
     *[(r, "step", f"ProfilerStep#{n}", a, b, None) for r in (0, 1) for n, a, b in ((7, 0, 40), (8, 40, 60))],
 ]
-H = st.CLASSES.index("host_launch")
+H = st.CLASSES.index("python")
 
 
 def classes(frame: pl.DataFrame) -> dict[tuple[str, int], list[str]]:
@@ -64,10 +65,10 @@ def classes(frame: pl.DataFrame) -> dict[tuple[str, int], list[str]]:
 def test_every_bin_of_two_gpus_has_the_class_that_fills_it():
     bins = st.strip_bins(table(TWO_GPUS), bins=4)
     assert classes(bins) == {
-        ("rank0/gpu0", 7): ["compute", "comm", "memory", "host_launch"],
-        ("rank0/gpu0", 8): ["compute", "compute", "other", "other"],
-        ("rank1/gpu1", 7): ["compute", "sync", "compute", "peer"],
-        ("rank1/gpu1", 8): ["compute", "other", "other", "other"],
+        ("rank0/gpu0", 7): ["compute", "comm", "memory", "python"],
+        ("rank0/gpu0", 8): ["compute", "compute", "unknown", "unknown"],
+        ("rank1/gpu1", 7): ["compute", "sync_stall", "compute", "peer"],
+        ("rank1/gpu1", 8): ["compute", "unknown", "unknown", "unknown"],
     }
     width = pl.sum_horizontal(st.CLASSES)
     assert bins.filter(pl.col("step") == 7).select(width.unique()).to_series().to_list() == [10]
@@ -79,7 +80,8 @@ def test_the_job_draws_the_median_step_on_every_gpu():
     assert job.step == 8 and job.missing == [] and job.classes == list(st.CLASSES)
     assert [(s.lane, s.rank, s.start_ns, s.end_ns) for s in job.rows] == [("rank0/gpu0", 0, 40, 60),
                                                                           ("rank1/gpu1", 1, 40, 60)]
-    assert job.rows[1].bins == [[5, 0, 0, 0, 0, 0, 0]] + [[0, 0, 0, 0, 0, 0, 5]] * 3
+    only = [[5 if c == name else 0 for c in st.CLASSES] for name in ("compute", "unknown")]
+    assert job.rows[1].bins == [only[0]] + [only[1]] * 3
 
 
 def test_the_steps_on_most_gpus_are_drawn_and_the_others_said():
@@ -167,7 +169,9 @@ def test_text_fits_the_width(width):
     bar = lines[1]
     assert bar.startswith("r0/gpu0 │█") and "◀ launch" in bar
     assert bar.index("│", 10) - bar.index("│") - 1 >= gt.MIN_BAR
-    assert {"█ compute", "h idle: host launch"} <= {item.strip() for line in lines for item in line.split("   ")}
+    legend = {item.strip() for line in lines for item in line.split("   ")}
+    assert {"█ compute", "· idle: unknown"} <= legend  # the classes the drawn step holds, no others
+    assert "y idle: CPU-bound (Python / untraced)" not in legend
 
 
 def in_ms(rows: list[tuple]) -> list[tuple]:
@@ -180,18 +184,18 @@ def test_svg_draws_runs_of_like_bins_as_one_and_says_their_times():
     tree = ET.fromstring(gt.svg(job))
     titles = [r.find(f"{SVG}title").text for r in tree.iter(f"{SVG}rect")]
     assert titles == ["rank0/gpu0: compute 10.00 ms (100.0%) of 0.00–10.00 ms",
-                      "rank0/gpu0: idle: other 10.00 ms (100.0%) of 10.00–20.00 ms",
+                      "rank0/gpu0: idle: unknown 10.00 ms (100.0%) of 10.00–20.00 ms",
                       "rank1/gpu1: compute 5.00 ms (100.0%) of 0.00–5.00 ms",
-                      "rank1/gpu1: idle: other 15.00 ms (100.0%) of 5.00–20.00 ms"]
+                      "rank1/gpu1: idle: unknown 15.00 ms (100.0%) of 5.00–20.00 ms"]
     assert next(tree.iter(f"{SVG}text")).text == "GPU timeline, step 8: 20.00 ms, one column = 0.02 ms"
-    assert "idle: host launch" in gt.legend_html()
+    assert "idle: unknown" in gt.legend_html(job) and "idle: sync stall" not in gt.legend_html(job)
 
 
 def test_svg_stacks_the_classes_of_a_bin():
     job = st.job_strips(st.strip_bins(table(in_ms(TWO_GPUS)), bins=2))
     stack = [r for r in ET.fromstring(gt.svg(job)).iter(f"{SVG}rect") if "rank1" in r.find(f"{SVG}title").text]
     assert [(r.get("fill"), float(r.get("height"))) for r in stack[:2]] == [
-        (gt.LOOK["compute"][2], gt.BAR_H / 2), (gt.LOOK["other"][2], gt.BAR_H / 2)]
+        (gt.LOOK["compute"][2], gt.BAR_H / 2), (gt.LOOK["unknown"][2], gt.BAR_H / 2)]
     assert float(stack[1].get("y")) == float(stack[0].get("y")) + gt.BAR_H / 2
 
 

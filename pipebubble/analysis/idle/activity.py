@@ -1,0 +1,132 @@
+"""What each host thread was doing, as one tiling of its time: disjoint segments, each with one class.
+
+A thread's spans nest (an operator holds runtime calls, a synchronize holds its CUPTI record), so each
+instant takes the class of the first kind of span that covers it, in ``CLASSES`` order:
+
+- ``peer``: a collective or send/recv call (the thread waits for another rank);
+- ``data_loader``: a data-loader range (``DataLoader``, ``_next_data``);
+- ``sync_stall``, ``blocking_copy``, ``allocator``: a runtime call that blocks until the GPU is done: a
+  synchronize (not ``cudaStreamWaitEvent``/"Stream wait sync", a wait the GPU does), a copy or memset that is
+  not ``Async``, or one whose copy ended before it returned (a copy to pageable memory), an allocator call
+  (``cudaMalloc``, ``cudaFree``: implicitly synchronizing);
+- ``launch``: any other runtime call (the launch API itself);
+- ``cpu_ops``: an operator (``aten::...``), with the outermost one named in ``op``;
+- ``python``: none of those (Python, or time nothing traced).
+
+Each segment also names the outermost operator around it (``op``) and, for a runtime call, the call
+(``call``). Segments tile each thread from ``-FAR`` to ``FAR``, so any stretch of a thread's time is the sum
+of the segments it meets.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipebubble.analysis.intervals import ENGINE, merge
+from pipebubble.spans import is_comm
+
+CLASSES = ("peer", "data_loader", "sync_stall", "blocking_copy", "allocator", "launch", "cpu_ops")
+#: The classes of a call that returns only once the GPU is done.
+BLOCKING = ("sync_stall", "blocking_copy", "allocator")
+#: What a thread waits on that is not the GPU: a gap that begins while it waits is the wait's until it ends.
+WAITS = ("peer", "data_loader")
+#: Times lie within ±2**62 ns (``spans``): the segments reach past every span.
+FAR = 2**62
+DATA_LOADER = r"(?i)dataloader|_next_data|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter"
+#: Runtime calls that return once the GPU has finished (by name; ``Async`` variants do not).
+COPY_CALLS = r"(?i)^(cuda|hip|cu)(Memcpy|Memset)[^A]*$|(?i)^hipMemcpyWithStream$"
+SYNC_CALLS = r"(?i)synchroni[sz]e"
+ALLOCATOR_CALLS = r"(?i)^(cuda|hip|cu)(Mem)?(Malloc|Free|Alloc|HostAlloc|HostRegister|HostUnregister)[^A]*$"
+#: Host syncs that do not block the thread (a wait the GPU does).
+GPU_SIDE = r"(?i)wait"
+#: Ranges that are operators (NVTX ranges of PyTorch's emitter: ``aten::to, op_id = 7``).
+OPERATOR = r"^[A-Za-z_][\w.]*::\w"
+#: What PyTorch's NVTX emitter adds to an operator's name on each call.
+CALL_SUFFIX = r",\s*(op_id|seq|sizes|input_op_ids)\s*=.*$"
+SCHEMA = {"at_lane": pl.String, "start": pl.Int64, "end": pl.Int64, "cause": pl.String, "op": pl.String,
+          "call": pl.String}
+
+
+def classes(held: pl.DataFrame | None = None) -> dict[str, pl.Expr]:
+    """Each class's spans among a thread's (``CLASSES``). ``held``: (lane, start) of runtime calls whose copy
+    ended before they returned, which block whatever their name."""
+    kind, name = pl.col("kind"), pl.col("name")
+    runtime = kind == "runtime"
+    copy = runtime & name.str.contains(COPY_CALLS)
+    if held is not None and held.height:
+        copy = copy | (runtime & pl.struct("lane", "start").is_in(held.select(pl.struct("lane", "start")).to_series()
+                                                                  .implode()))
+    sync = ((kind == "sync") & ~name.str.contains(GPU_SIDE)) | (runtime & name.str.contains(SYNC_CALLS))
+    return {
+        "peer": kind.is_in(["cpu_op", "annotation", "comm"]) & is_comm(),
+        "data_loader": kind.is_in(["cpu_op", "annotation"]) & name.str.contains(DATA_LOADER),
+        "sync_stall": sync,
+        "blocking_copy": copy,
+        "allocator": runtime & name.str.contains(ALLOCATOR_CALLS),
+        "launch": runtime | (kind == "sync"),
+        "cpu_ops": operators(),
+    }
+
+
+def operators() -> pl.Expr:
+    """An operator: a ``cpu_op``, or a range named like one (Nsight's NVTX ranges of PyTorch operators)."""
+    return (pl.col("kind") == "cpu_op") | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(OPERATOR))
+
+
+def activity(cpu: pl.DataFrame, held: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``SCHEMA`` (thread as ``at_lane``): every thread of ``cpu`` (host spans) as disjoint segments tiling
+    its time, each with its class (module docstring), outermost operator and runtime call."""
+    spans = cpu.select("lane", "kind", "name", "start", "end").filter(pl.col("end") >= pl.col("start"))
+    if spans.is_empty():
+        return pl.DataFrame(schema=SCHEMA)
+    tagged = spans.with_columns(cls=_first_class(classes(held)))
+    merged = merge(tagged.filter(pl.col("cls").is_not_null()), ["lane", "cls"])
+    first = spans.select("lane").unique().with_columns(p=pl.lit(-FAR, pl.Int64))
+    points = pl.concat([merged.select("lane", p="start"), merged.select("lane", p="end"), first])
+    points = points.unique().sort("lane", "p")
+    pieces = points.lazy().with_columns(e=pl.col("p").shift(-1).over("lane").fill_null(FAR)).filter(
+        pl.col("e") > pl.col("p"))
+    for cls in CLASSES:
+        mine = merged.lazy().filter(pl.col("cls") == cls).select("lane", s="start", **{cls: "end"}).sort("s")
+        pieces = pieces.sort("p").join_asof(mine, left_on="p", right_on="s", by="lane", strategy="backward",
+                                            check_sortedness=False).with_columns(
+            (pl.col(cls) > pl.col("p")).fill_null(False)).drop("s")
+    cause = pl.coalesce(*(pl.when(cls).then(pl.lit(cls)) for cls in CLASSES), pl.lit("python"))
+    pieces = pieces.select("lane", start="p", end="e", cause=cause)
+    ops = spans.filter(operators()).with_columns(pl.col("name").str.replace(CALL_SUFFIX, ""))
+    pieces = _named(pieces, _outermost(ops), "op")
+    calls = spans.filter(pl.col("kind").is_in(["runtime", "sync"])).sort(pl.col("kind") == "runtime")
+    pieces = _named(pieces, _outermost(calls), "call").with_columns(
+        call=pl.when(pl.col("cause").is_in(["python", "cpu_ops", "peer", "data_loader"])).then(None).otherwise("call"))
+    return _coalesced(pieces).collect(engine=ENGINE)
+
+
+def _first_class(found: dict[str, pl.Expr]) -> pl.Expr:
+    """A span's class: the first of ``CLASSES`` it belongs to (null: none, an annotation say)."""
+    return pl.coalesce(*(pl.when(expr).then(pl.lit(cls)) for cls, expr in found.items()))
+
+
+def _outermost(spans: pl.DataFrame) -> pl.LazyFrame:
+    """lane, s, e, name: the spans not inside an earlier one of their thread (disjoint, in order)."""
+    ordered = spans.lazy().sort("lane", "start", pl.col("end"), descending=[False, False, True])
+    inside = pl.col("start") < pl.col("end").cum_max().shift(1).over("lane")
+    return ordered.filter(~inside.fill_null(False)).select("lane", "name", s="start", e="end")
+
+
+def _named(pieces: pl.LazyFrame, outer: pl.LazyFrame, column: str) -> pl.LazyFrame:
+    """``pieces`` with the name of the ``outer`` span around each as ``column`` (null where none is)."""
+    found = pieces.sort("start").join_asof(outer.sort("s"), left_on="start", right_on="s", by="lane",
+                                           strategy="backward", check_sortedness=False)
+    return found.with_columns(pl.when(pl.col("e") > pl.col("start")).then("name").alias(column)).drop(
+        "name", "s", "e")
+
+
+def _coalesced(pieces: pl.LazyFrame) -> pl.LazyFrame:
+    """Neighbouring pieces of one thread with the same cause, operator and call joined into one."""
+    same = ["cause", "op", "call"]
+    ordered = pieces.sort("lane", "start")
+    changed = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1).over("lane")) for c in same)
+    runs = ordered.with_columns(run=(changed | pl.col("lane").ne_missing(pl.col("lane").shift(1))).cum_sum())
+    out = runs.group_by("run").agg(pl.col("lane", *same).first(), start=pl.col("start").min(), end=pl.col("end").max())
+    return out.sort("lane", "start").select(at_lane="lane", start="start", end="end", cause="cause", op="op",
+                                            call="call")
