@@ -18,6 +18,7 @@ from pipebubble import spans
 from pipebubble.analysis.comm.collectives import match
 from pipebubble.analysis.critical import CriticalPath, critical_part, critical_paths, median_path
 from pipebubble.analysis.critical import part as critical
+from pipebubble.analysis.findings.common import job_step
 from pipebubble.analysis.registry import comm_of
 from pipebubble.options import Options, Scale
 from pipebubble.run import run
@@ -200,6 +201,9 @@ def test_gpu_work_past_the_host_range_lengthens_the_step(tmp_path: Path) -> None
     assert path.segments[-1].kind == "compute" and "gpu" in path.segments[-1].lane
     (row,) = [b for b in report.breakdown if b.step == 1]
     assert row.window_ns == path.length_ns
+    (strip,) = report.strips.rows  # the timeline draws the same step
+    assert (report.strips.step, strip.start_ns, strip.end_ns) == (1, 0, 1150 * US)
+    assert job_step(report).ns == 1150 * US  # the step every finding's share is of
 
 
 def test_the_path_follows_the_thread_the_main_thread_waits_for(tmp_path: Path) -> None:

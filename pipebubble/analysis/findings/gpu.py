@@ -22,7 +22,7 @@ from dataclasses import replace
 from pipebubble.analysis.findings.common import Step, finding, gpu_step, gpus, mean, ms, step_rows
 from pipebubble.report import Breakdown, Report
 from pipebubble.report.findings import Finding, Where
-from pipebubble.report.idle import IdleCause
+from pipebubble.report.idle import WORDS, IdleCause
 
 #: kind -> the idle causes it sums.
 KINDS = {
@@ -110,7 +110,7 @@ def _named(rows: list[IdleCause], with_call: bool = True) -> str:
     parts = []
     for r in sorted(rows, key=lambda r: -r.ns)[:TOP_OPS]:
         what = " in ".join(x for x in ((r.call if with_call else None), r.op) if x) or (
-            "Python or untraced time" if r.cause == "python" else r.cause)
+            f"{WORDS.get(r.cause, r.cause)}, no call named")
         parts.append(f"{what} ({ms(r.ns)})")
     return ", ".join(parts)
 
@@ -168,7 +168,7 @@ def _launch(rows: list[IdleCause], report: Report) -> tuple[str, str, str]:
 def _calls(rows: list[IdleCause], report: Report) -> str:
     """How often the host made the biggest row's call, and how long each took, from the host API table."""
     call = max(rows, key=lambda r: r.ns).call if rows else None
-    stat = next((c for c in (report.host.api if report.host else []) if c.name == call), None)
+    stat = next((c for c in (report.host.api if report.host else []) if c.name == call), None) if call else None
     if stat is None or not stat.count:
         return ""
     return f"; {call}: {stat.count:,} calls in the job, {ms(stat.total_ns / stat.count)} each on average"

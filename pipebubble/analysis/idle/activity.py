@@ -68,6 +68,17 @@ def classes(held: pl.DataFrame | None = None) -> dict[str, pl.Expr]:
     }
 
 
+def host_kind() -> pl.Expr:
+    """A host span's kind as the idle account sees it: ``sync`` for every call that blocks until the GPU is
+    done (a synchronize, a blocking copy, the allocator), whatever kind its trace gave it; a sync the GPU
+    does (``cudaStreamWaitEvent``, Nsight's "Stream wait sync") is a ``runtime`` call. For the analyses that
+    keep host spans by kind (a pipeline stage's host activity)."""
+    found = classes()
+    blocking = pl.any_horizontal(*(found[c] for c in BLOCKING))
+    kind = pl.col("kind").cast(pl.String)
+    return pl.when(blocking).then(pl.lit("sync")).when(kind == "sync").then(pl.lit("runtime")).otherwise(kind)
+
+
 def operators() -> pl.Expr:
     """An operator: a ``cpu_op``, or a range named like one (Nsight's NVTX ranges of PyTorch operators)."""
     return (pl.col("kind") == "cpu_op") | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(OPERATOR))

@@ -13,6 +13,7 @@ from pipebubble.analysis.pipeline.labels import label_choices, label_names
 from pipebubble.analysis.pipeline.stages import assign, pipeline_group
 from pipebubble.analysis.pipeline.work import WORK_SCHEMA, labelled_work, stage_work
 from pipebubble.options import PipelineOptions
+from pipebubble.analysis.idle.activity import host_kind
 from pipebubble.spans import HOST_WORK
 
 
@@ -55,7 +56,8 @@ def stage_part(
     cpu = mapped.spans.filter(
         pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK)
     )
-    return StagePart(mapped.names, mapped.order, work, merge(cpu, ["stage", "kind"]), facts, mapped.pipeline)
+    return StagePart(mapped.names, mapped.order, work, merge(_as_blocking(cpu), ["stage", "kind"]), facts,
+                     mapped.pipeline)
 
 
 def stage_parts(spans: pl.DataFrame, options: PipelineOptions, groups: dict[int, list | None]) -> dict[int, StagePart]:
@@ -116,7 +118,7 @@ def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, gr
     cpu = staged.filter(pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK))
     local = {r: own[r][2] for r in ranks}
     works = _by_rank(work, local)
-    hosts = _by_rank(merge(cpu, ["stage", "kind"]), local)
+    hosts = _by_rank(merge(_as_blocking(cpu), ["stage", "kind"]), local)
     no_work, no_host = work.clear(), _empty_host(spans.schema["kind"])
     return {
         r: StagePart(names, order, works.get(r, no_work), hosts.get(r, no_host),
@@ -146,6 +148,12 @@ def _gpus(spans: pl.DataFrame) -> dict[int, int]:
     """GPUs (process, device) per rank."""
     gpu = spans.lazy().filter(pl.col("device").is_not_null())
     return dict(gpu.group_by("rank").agg(pl.struct("pid", "device").n_unique()).collect(engine=ENGINE).iter_rows())
+
+
+def _as_blocking(cpu: pl.DataFrame) -> pl.DataFrame:
+    """``cpu`` with the idle account's kinds (``idle.activity.host_kind``: a call that blocks on the GPU is a
+    ``sync``, whatever its trace named it), so a stage's waits say sync where the breakdown does."""
+    return cpu.with_columns(kind=host_kind().cast(cpu.schema["kind"]))
 
 
 def _empty_host(kind: pl.DataType) -> pl.DataFrame:

@@ -142,3 +142,14 @@ def test_every_gap_is_tiled_once_by_pieces_of_known_causes(rows):
                                          ns=(pl.col("end") - pl.col("start")).sum())
     assert (per_gap["hi"] - per_gap["lo"] == per_gap["ns"]).all()
     assert per_gap.height == gaps.height
+
+
+def test_a_stage_sees_the_accounts_blocking_calls_as_syncs():
+    """A pipeline stage's host activity keeps spans by kind: a blocking call is a sync whatever its trace
+    named it, and a sync the GPU does (Nsight's "Stream wait sync") is not."""
+    from pipebubble.analysis.idle.activity import host_kind
+
+    rows = table([("runtime", "cudaStreamSynchronize", 0, 5, None), ("sync", "Stream wait sync", 0, 5, None),
+                  ("runtime", "cudaMemcpy", 0, 5, None), ("runtime", "cudaLaunchKernel", 0, 5, None),
+                  ("sync", "Stream sync", 0, 5, None), ("cpu_op", "aten::mm", 0, 5, None)])
+    assert rows.select(kind=host_kind())["kind"].to_list() == ["sync", "runtime", "sync", "runtime", "sync", "cpu_op"]
