@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from pipebubble.analysis.idle.activity import host_kind
 from pipebubble.analysis.intervals import ENGINE, engine_for, merge
 from pipebubble.analysis.pipeline.labels import label_choices, label_names
 from pipebubble.analysis.pipeline.stages import assign, pipeline_group
 from pipebubble.analysis.pipeline.work import WORK_SCHEMA, labelled_work, stage_work
 from pipebubble.options import PipelineOptions
-from pipebubble.analysis.idle.activity import host_kind
 from pipebubble.spans import HOST_WORK
 
 
