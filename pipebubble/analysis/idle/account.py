@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.idle.activity import BLOCKING, WAITS, activity
-from pipebubble.analysis.intervals import ENGINE
+from pipebubble.analysis.idle.activity import BLOCKING, WAITS, activity, classes, outermost
+from pipebubble.analysis.intervals import ENGINE, merge
 
 #: A call that began this long before the GPU ran dry and returned just after waited for it.
 BLOCKED_NS = 100_000
@@ -52,14 +52,16 @@ def pieces(ended: pl.DataFrame, cpu: pl.DataFrame, held: pl.DataFrame | None = N
     the launching threads; ``held``: (lane, start) of calls whose copy ended before they returned."""
     if ended.is_empty():
         return empty()
-    gaps = ended.lazy().with_row_index("gap").with_columns(pl.col("gap").cast(pl.Int64))
+    # A launch recorded after its op began (a host clock ahead of the GPU's) is taken at the op's start.
+    gaps = ended.lazy().with_row_index("gap").with_columns(pl.col("gap").cast(pl.Int64),
+                                                           at=pl.min_horizontal("at", "end"))
     lanes = ended.select(pl.col("at_lane").unique().drop_nulls())["at_lane"]
-    threads = activity(cpu.filter(pl.col("lane").is_in(lanes.implode())), held)
-    segments = threads.lazy().with_columns(seg=pl.int_range(pl.len()).over("at_lane").cast(pl.Int64))
+    threads = cpu.filter(pl.col("lane").is_in(lanes.implode()))
     known = pl.col("at").is_not_null() & pl.col("at_lane").is_not_null()
+    waits, host = _threads(threads, gaps.filter(known & (pl.col("at") >= pl.col("start"))), held)
     unknown = gaps.filter(~known).select(*_KEEP, "start", "end", cause=pl.lit("unknown"), op=pl.lit(None, pl.String),
                                          call=pl.lit(None, pl.String))
-    found = _blocked(gaps.filter(known), segments)
+    found = _blocked(gaps.filter(known), waits)
     cut = pl.min_horizontal("end", "b_reach")
     blocked = found.filter(pl.col("b_cause").is_not_null()).select(
         *_KEEP, "start", end=cut, cause="b_cause", op="b_op", call="b_call")
@@ -71,10 +73,36 @@ def pieces(ended: pl.DataFrame, cpu: pl.DataFrame, held: pl.DataFrame | None = N
                            call="at_call").filter(pl.col("end") > pl.col("start"))
     queued = pl.concat([rest.filter(pl.col("at") < pl.col("start")).select(*_KEEP, "at_lane", "start", "end"),
                         behind.select(*_KEEP, "at_lane", start=latency_end, end="end")])
-    out = pl.concat([unknown, blocked, _met(behind.select(*_KEEP, "at_lane", "start", end="at"), segments, False),
-                     _launch_op(launch, behind, segments), _met(queued, segments, True)])
+    out = pl.concat([unknown, blocked, _met(behind.select(*_KEEP, "at_lane", "start", end="at"), host, False),
+                     _launch_op(launch, behind, host), _met(queued, waits, True)])
     return out.filter(pl.col("end") > pl.col("start")).sort("lane", "start").collect(engine=ENGINE).cast(
         PIECE_SCHEMA)  # type: ignore[arg-type]
+
+
+def _threads(cpu: pl.DataFrame, behind: pl.LazyFrame, held: pl.DataFrame | None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The launching threads' segments (``activity``, numbered ``seg`` per thread) the account reads, from two
+    subsets of their spans, each classed as the whole would class it: the waits and blocking calls (and the
+    long calls of any name that may have waited for the GPU), whatever their time, for the gaps a call owns
+    and the time an op waited queued; and every span near a gap whose launch came after it began (``behind``),
+    for that host time. A GPU-bound trace's threads are then read only where they block."""
+    found = classes(held)
+    long_call = (pl.col("kind") == "runtime") & ~pl.col("name").str.contains(LAUNCHES) & (
+        pl.col("end") - pl.col("start") >= BLOCKED_NS)
+    may_wait = pl.any_horizontal(*(found[c] for c in (*WAITS, *BLOCKING)), long_call)
+    windows = behind.select(lane="at_lane", s=pl.col("start") - 1, e=pl.col("at") + 1).collect(engine=ENGINE)
+    near = _near(cpu, merge(windows, ["lane"], "s", "e")) if windows.height else cpu.clear()
+    number = pl.int_range(pl.len()).over("at_lane").cast(pl.Int64)
+    outer, lanes = outermost(cpu), cpu["lane"].unique()
+    return tuple(activity(subset, held, outer, lanes).lazy().with_columns(seg=number)
+                 for subset in (cpu.filter(may_wait), near))
+
+
+def _near(spans: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The ``spans`` that meet one of the disjoint ``windows`` (lane, s, e) of their thread: the last window
+    that begins by a span's end ends after its start."""
+    found = spans.lazy().sort("end").join_asof(windows.lazy().sort("s"), left_on="end", right_on="s", by="lane",
+                                               strategy="backward", check_sortedness=False)
+    return found.filter(pl.col("e") > pl.col("start")).drop("s", "e").collect(engine=ENGINE)
 
 
 def _blocked(gaps: pl.LazyFrame, segments: pl.LazyFrame) -> pl.LazyFrame:

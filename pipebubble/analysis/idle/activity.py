@@ -20,6 +20,8 @@ of the segments it meets.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from pipebubble.analysis.intervals import ENGINE, merge
@@ -84,32 +86,66 @@ def operators() -> pl.Expr:
     return (pl.col("kind") == "cpu_op") | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(OPERATOR))
 
 
-def activity(cpu: pl.DataFrame, held: pl.DataFrame | None = None) -> pl.DataFrame:
-    """``SCHEMA`` (thread as ``at_lane``): every thread of ``cpu`` (host spans) as disjoint segments tiling
-    its time, each with its class (module docstring), outermost operator and runtime call."""
+def activity(cpu: pl.DataFrame, held: pl.DataFrame | None = None, outer: Outer | None = None,
+             lanes: pl.Series | None = None) -> pl.DataFrame:
+    """``SCHEMA`` (thread as ``at_lane``): every thread of ``cpu`` (host spans), or of ``lanes``, as disjoint
+    segments tiling its time, each with its class (module docstring), outermost operator and runtime call.
+    ``cpu`` may be a subset of the threads' spans (those near the times wanted): each instant is classed
+    from the spans over it, and ``outer`` (``outermost`` of all of the threads' spans) names the operators
+    and calls around it."""
     spans = cpu.select("lane", "kind", "name", "start", "end").filter(pl.col("end") >= pl.col("start"))
-    if spans.is_empty():
+    threads = spans.select("lane").unique() if lanes is None else lanes.rename("lane").to_frame()
+    if threads.is_empty():
         return pl.DataFrame(schema=SCHEMA)
+    outer = outer or outermost(spans)
     tagged = spans.with_columns(cls=_first_class(classes(held)))
     merged = merge(tagged.filter(pl.col("cls").is_not_null()), ["lane", "cls"])
-    first = spans.select("lane").unique().with_columns(p=pl.lit(-FAR, pl.Int64))
-    points = pl.concat([merged.select("lane", p="start"), merged.select("lane", p="end"), first])
-    points = points.unique().sort("lane", "p")
-    pieces = points.lazy().with_columns(e=pl.col("p").shift(-1).over("lane").fill_null(FAR)).filter(
-        pl.col("e") > pl.col("p"))
-    for cls in CLASSES:
-        mine = merged.lazy().filter(pl.col("cls") == cls).select("lane", s="start", **{cls: "end"}).sort("s")
-        pieces = pieces.sort("p").join_asof(mine, left_on="p", right_on="s", by="lane", strategy="backward",
-                                            check_sortedness=False).with_columns(
-            (pl.col(cls) > pl.col("p")).fill_null(False)).drop("s")
+    pieces = _covering(merged, threads)
     cause = pl.coalesce(*(pl.when(cls).then(pl.lit(cls)) for cls in CLASSES), pl.lit("python"))
     pieces = pieces.select("lane", start="p", end="e", cause=cause)
-    ops = spans.filter(operators()).with_columns(pl.col("name").str.replace(CALL_SUFFIX, ""))
-    pieces = _named(pieces, _outermost(ops), "op")
-    calls = spans.filter(pl.col("kind").is_in(["runtime", "sync"])).sort(pl.col("kind") == "runtime")
-    pieces = _named(pieces, _outermost(calls), "call").with_columns(
+    pieces = _named(_named(pieces, outer.ops.lazy(), "op"), outer.calls.lazy(), "call").with_columns(
         call=pl.when(pl.col("cause").is_in(["python", "cpu_ops", "peer", "data_loader"])).then(None).otherwise("call"))
     return _coalesced(pieces).collect(engine=ENGINE)
+
+
+@dataclass(frozen=True)
+class Outer:
+    """The outermost operators and runtime calls of each thread (lane, s, e, name): what names a segment."""
+
+    ops: pl.DataFrame
+    calls: pl.DataFrame
+
+
+def outermost(cpu: pl.DataFrame) -> Outer:
+    """``Outer`` of the host spans ``cpu``: operators without PyTorch's per-call suffixes, and runtime calls
+    (a runtime call before the CUPTI record nested in it)."""
+    spans = cpu.select("lane", "kind", "name", "start", "end").filter(pl.col("end") >= pl.col("start"))
+    ops = spans.filter(operators()).with_columns(pl.col("name").str.replace(CALL_SUFFIX, ""))
+    calls = spans.filter(pl.col("kind").is_in(["runtime", "sync"])).sort(pl.col("kind") == "runtime")
+    return Outer(*pl.collect_all([_outermost(ops), _outermost(calls)], engine=ENGINE))
+
+
+def _covering(merged: pl.DataFrame, lanes: pl.DataFrame) -> pl.LazyFrame:
+    """lane, p, e and a flag per class: each thread's time cut at every edge of its classes' merged
+    intervals (``merged``: lane, cls, start, end; disjoint within a class), each piece [p, e) with whether
+    each class covers it. One sort of the edges and a running count per class (an interval's start +1, its
+    end -1), not a join per class."""
+    edges = pl.concat([
+        merged.lazy().select("lane", "cls", p="start", d=pl.lit(1, pl.Int8)),
+        merged.lazy().select("lane", "cls", p="end", d=pl.lit(-1, pl.Int8)),
+        lanes.lazy().select("lane", cls=pl.lit(None, pl.String), p=pl.lit(-FAR, pl.Int64), d=pl.lit(0, pl.Int8)),
+    ])
+    # Every interval of a thread closes within it, so each count is back at 0 where the next thread begins:
+    # one cumulative sum over all threads, in the edges' order, needs no window per thread.
+    counts = {c: pl.when(pl.col("cls") == c).then(pl.col("d")).otherwise(0).cast(pl.Int32).cum_sum()
+              for c in CLASSES}
+    swept = edges.sort("lane", "p").with_columns(**counts)
+    lane, p = pl.col("lane"), pl.col("p")
+    same = lane == lane.shift(-1)
+    # Edges at one time: the counts after the last of them hold from there on, to the thread's next edge.
+    last = ~(same & (p == p.shift(-1))).fill_null(False)
+    pieces = swept.filter(last).with_columns(e=pl.when(same).then(p.shift(-1)).otherwise(FAR))
+    return pieces.filter(pl.col("e") > p).with_columns(pl.col(c) > 0 for c in CLASSES)
 
 
 def _first_class(found: dict[str, pl.Expr]) -> pl.Expr:
@@ -133,11 +169,14 @@ def _named(pieces: pl.LazyFrame, outer: pl.LazyFrame, column: str) -> pl.LazyFra
 
 
 def _coalesced(pieces: pl.LazyFrame) -> pl.LazyFrame:
-    """Neighbouring pieces of one thread with the same cause, operator and call joined into one."""
+    """Neighbouring pieces of one thread with the same cause, operator and call joined into one: the pieces
+    tile each thread, so a run's first piece is kept and ends where the next run begins (the thread's last,
+    at ``FAR``). A filter, not a group-by."""
     same = ["cause", "op", "call"]
     ordered = pieces.sort("lane", "start")
-    changed = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1).over("lane")) for c in same)
-    runs = ordered.with_columns(run=(changed | pl.col("lane").ne_missing(pl.col("lane").shift(1))).cum_sum())
-    out = runs.group_by("run").agg(pl.col("lane", *same).first(), start=pl.col("start").min(), end=pl.col("end").max())
-    return out.sort("lane", "start").select(at_lane="lane", start="start", end="end", cause="cause", op="op",
-                                            call="call")
+    lane = pl.col("lane")
+    changed = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in same) | lane.ne_missing(
+        lane.shift(1))
+    firsts = ordered.filter(changed)
+    end = pl.when(lane == lane.shift(-1)).then(pl.col("start").shift(-1)).otherwise(FAR)
+    return firsts.select(at_lane="lane", start="start", end=end, cause="cause", op="op", call="call")

@@ -153,3 +153,13 @@ def test_a_stage_sees_the_accounts_blocking_calls_as_syncs():
                   ("runtime", "cudaMemcpy", 0, 5, None), ("runtime", "cudaLaunchKernel", 0, 5, None),
                   ("sync", "Stream sync", 0, 5, None), ("cpu_op", "aten::mm", 0, 5, None)])
     assert rows.select(kind=host_kind())["kind"].to_list() == ["sync", "runtime", "sync", "runtime", "sync", "cpu_op"]
+
+
+def test_a_launch_recorded_after_its_op_began_stays_inside_the_gap():
+    """A host clock ahead of the GPU's: the launch's start lies after its kernel's. The gap is still tiled
+    exactly, its host time up to the kernel's start."""
+    rows = [("kernel", "k", 0, 100, 1), ("runtime", "cudaLaunchKernel", -5, -4, 1),
+            ("runtime", "cudaLaunchKernel", 250, 260, 2), ("kernel", "k", 200, 300, 2)]
+    pieces = account(rows)
+    assert pieces["start"].min() == 100 and pieces["end"].max() == 200
+    assert by_cause(pieces) == {"python": 100}
