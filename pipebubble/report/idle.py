@@ -13,6 +13,7 @@ WORDS = {
     "sync_stall": "sync stall",  # the host blocked in a synchronize, then refilled the queue
     "blocking_copy": "blocking copy",  # a copy that returns once done (cudaMemcpy, pageable memory)
     "allocator": "allocator",  # cudaMalloc / cudaFree (implicitly synchronizing)
+    "startup": "start-up",  # code loading, runtime and library initialisation, a kernel's first launch
     "cpu_ops": "CPU-bound (operators)",  # the launching thread ran operators
     "python": "CPU-bound (Python / untraced)",  # the launching thread ran nothing traced
     "launch": "launch overhead",  # runtime launch calls and their latency

@@ -37,13 +37,16 @@ class Step:
 
 def step_rows(report: Report) -> list[list[Breakdown]]:
     """The breakdown rows grouped by profiler step (each group: every GPU's row of one step), in step
-    order; a report without step rows gives one group of the whole-window rows."""
+    order, the steps in which no GPU worked left out; a report without step rows gives one group of the
+    whole-window rows."""
     stepped = [b for b in report.breakdown if b.step is not None]
     rows = stepped or [b for b in report.breakdown if b.step is None]
     groups: dict[int | None, list[Breakdown]] = {}
     for row in rows:
         groups.setdefault(row.step, []).append(row)
-    return [groups[k] for k in sorted(groups, key=lambda k: -1 if k is None else k)]
+    # A step in which no GPU worked (the profile's cut-off last step, a range after the work) is no step of it.
+    worked = {k: g for k, g in groups.items() if any(b.window_ns > b.idle_ns for b in g)} or groups
+    return [worked[k] for k in sorted(worked, key=lambda k: -1 if k is None else k)]
 
 
 def job_step(report: Report) -> Step | None:

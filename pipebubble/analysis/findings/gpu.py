@@ -83,22 +83,31 @@ def idle_cause(groups: list[list[Breakdown]], step: Step, frees: int, kind: str,
     evidence = {"idle_ns": mean([b.idle_ns for b in busiest]), "busiest_gpus": lanes,
                 "by_cause_ns": {c: mean([b.idle_causes.get(c, 0) for b in busiest]) for c in causes},
                 "behind": [_behind(r) for r in sorted(behind, key=lambda r: -r.ns)[:TOP_OPS]]}
-    title, why, action = _WORDS[kind](_scaled(behind, step), report)
+    whole = [b for b in report.breakdown if b.step is None and b.lane in lanes]
+    title, why, action = _WORDS[kind](_scaled(behind, whole, evidence["by_cause_ns"]), report)
     return finding(
         kind, f"the busiest GPU ({', '.join(lanes)}) idles {ms(worth)} {step.per_words} {title}", Where(gpus=lanes),
         why, {f"idle_{kind}_ns": worth, **evidence, **_host_evidence(kind, report)}, worth, frees, step, action,
         step.how(f"the busiest GPU's idle {_IDLE[kind]} (the GPU that sets the {step.per}); the calls"
-                 " and operators named: the idle account's biggest on it" + (", a step (its total over the trace"
-                                                                             " divided by the steps)" if step.per ==
-                                                                             "step" else "")),
+                 " and operators named: the idle account's biggest on those GPUs, each cause's in proportion to its"
+                 " part"
+                 " of the worth"),
     )
 
 
-def _scaled(rows: list[IdleCause], step: Step) -> list[IdleCause]:
-    """The account's rows (totals over each GPU's window) as a step's share: divided by the steps."""
-    if step.per != "step" or step.count <= 1:
-        return rows
-    return [replace(r, ns=r.ns // step.count) for r in rows]
+def _scaled(rows: list[IdleCause], whole: list[Breakdown], worth: dict[str, int]) -> list[IdleCause]:
+    """The account's rows (totals over the busiest GPUs' whole windows, ``whole``) as parts of the worth: the
+    same cause, operator and call summed over those GPUs, then each cause's rows scaled by the worth's part of
+    that cause (``worth``, a step's) over the cause's total on those GPUs, so a cause named whole says the
+    worth's own figure."""
+    merged: dict[tuple, IdleCause] = {}
+    for r in rows:
+        key = (r.cause, r.op, r.call)
+        had = merged.get(key)
+        merged[key] = r if had is None else replace(had, ns=had.ns + r.ns, gaps=had.gaps + r.gaps)
+    totals = {c: sum(b.idle_causes.get(c, 0) for b in whole) for c in worth}
+    return [replace(r, ns=r.ns * worth.get(r.cause, 0) // totals[r.cause] if totals.get(r.cause) else 0)
+            for r in merged.values()]
 
 
 def _behind(row: IdleCause) -> dict:

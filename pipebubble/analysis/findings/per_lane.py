@@ -14,7 +14,7 @@ whole one, so the fact is its total.
 
 from __future__ import annotations
 
-from pipebubble.analysis.findings.common import mean
+from pipebubble.analysis.findings.common import mean, step_rows
 from pipebubble.report import Breakdown, Report
 from pipebubble.report.breakdown import StreamStat
 
@@ -35,9 +35,9 @@ def busiest_lane(groups: list[list[Breakdown]]) -> list[Breakdown]:
 
 def whole_windows(report: Report) -> dict[str, int]:
     """Each GPU lane's time its facts ran over: its whole window (its ``step`` null breakdown row) or, where
-    longer, the sum of its steps' windows."""
+    longer, the sum of its steps' windows (the steps ``step_rows`` keeps: those in which a GPU worked)."""
     stepped: dict[str, int] = {}
-    for b in report.breakdown:
+    for b in (b for rows in step_rows(report) for b in rows):
         if b.step is not None:
             stepped[b.lane] = stepped.get(b.lane, 0) + b.window_ns
     return {b.lane: max(b.window_ns, stepped.get(b.lane, 0)) for b in report.breakdown if b.step is None}

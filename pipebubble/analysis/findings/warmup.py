@@ -31,6 +31,35 @@ LEADS = 0.5
 SHOWN = 3
 
 
+def first_launches(report: Report) -> list[Finding]:
+    """Start-up the host calls do not name: the idle account's ``startup`` on each step's busiest GPU (a
+    kernel's first launch, which loads its code), the mean over steps; none without it."""
+    groups = step_rows(report)
+    step = gpu_step(groups)
+    busiest = [max(rows, key=lambda b: b.window_ns - b.idle_ns) for rows in groups]
+    worth = round(sum(b.idle_causes.get("startup", 0) for b in busiest) / len(busiest)) if busiest else 0
+    if step is None or worth <= 0:
+        return []
+    lanes = list(dict.fromkeys(b.lane for b in busiest))
+    rows = sorted((r for r in report.idle if r.cause == "startup" and r.lane in lanes), key=lambda r: -r.ns)
+    named = ", ".join(f"{' in '.join(x for x in (r.call, r.op) if x)} {ms(r.ns)}" for r in rows[:SHOWN])
+    share = worth / step.ns if step.ns else 0.0
+    return [finding(
+        "warmup_profile", f"the profile holds start-up: the busiest GPU ({', '.join(lanes)}) idles {ms(worth)}"
+        f" {step.per_words} while the host loads code ({named})", Where(gpus=lanes),
+        "a kernel's first launch loads its module (and a library's first call initialises it): the GPU waits once,"
+        " in the first iterations, not in steady ones",
+        {"startup_idle_ns": worth, "share_of_step": share, "leads": share >= LEADS,
+         "behind": [{"op": r.op, "call": r.call, "ns": r.ns} for r in rows[:SHOWN]]}, worth, 0, step,
+        "profile steady steps: torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=3))"
+        " with prof.step() each iteration skips the first iterations (module loading, cuDNN autotuning, the caching"
+        " allocator's growth); CUDA_MODULE_LOADING=EAGER moves module loading to start-up",
+        step.how("the idle account's start-up on the busiest GPU (a launch of 1 ms or more, or a loading or"
+                 " initialising call); it happens once, so it is what the profile holds that steady steps would"
+                 " not, not a recurring cost (it frees no GPU time)"),
+    )]
+
+
 def findings(report: Report) -> list[Finding]:
     """The start-up finding (none without start-up calls inside a GPU window)."""
     step = gpu_step(step_rows(report))
@@ -41,7 +70,7 @@ def findings(report: Report) -> list[Finding]:
     for c in startup:
         threads.setdefault(c.lane, []).append(c)
     if not threads:
-        return []
+        return first_launches(report)
     thread = max(threads, key=lambda t: (sum(c.inside_ns for c in threads[t]), t))
     calls = sorted(threads[thread], key=lambda c: -c.inside_ns)
     inside = sum(c.inside_ns for c in calls)

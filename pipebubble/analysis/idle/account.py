@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.idle.activity import BLOCKING, WAITS, activity, classes, outermost
+from pipebubble.analysis.idle.activity import BLOCKING, LAUNCH_CALLS, WAITS, activity, classes, outermost
 from pipebubble.analysis.intervals import ENGINE, merge
 
 #: A call that began this long before the GPU ran dry and returned just after waited for it.
@@ -36,7 +36,7 @@ RETURN_NS = 50_000
 #: From a launch call's return to its operation's start on an idle GPU: the launch's own latency.
 LATENCY_NS = 50_000
 #: Launch calls, which block only while the GPU's queue is full (never because it ran dry).
-LAUNCHES = r"(?i)launch"
+LAUNCHES = LAUNCH_CALLS
 PIECE_SCHEMA = {"lane": pl.String, "owner": pl.Int64, "gap": pl.Int64, "start": pl.Int64, "end": pl.Int64,
                 "cause": pl.String, "op": pl.String, "call": pl.String}
 _KEEP = ["lane", "owner", "gap"]
@@ -159,12 +159,14 @@ def _met(spans: pl.LazyFrame, segments: pl.LazyFrame, queued: bool) -> pl.LazyFr
 
 
 def _launch_op(launch: pl.LazyFrame, behind: pl.LazyFrame, segments: pl.LazyFrame) -> pl.LazyFrame:
-    """The launch pieces with the operator around each launching call."""
-    seg = segments.select("at_lane", s="start", s_op="op").sort("s")
+    """The launch pieces with the operator around each launching call; a launch that loaded its code
+    (``activity``'s ``startup``) is start-up, not launch overhead."""
+    seg = segments.select("at_lane", s="start", s_op="op", s_cause="cause").sort("s")
     calls = behind.select("gap", "at_lane", "at").sort("at").join_asof(
         seg, left_on="at", right_on="s", by="at_lane", strategy="backward", check_sortedness=False)
-    return launch.join(calls.select("gap", "s_op"), on="gap", how="left").select(
-        *_KEEP, "start", "end", "cause", op="s_op", call="call")
+    cause = pl.when(pl.col("s_cause") == "startup").then(pl.lit("startup")).otherwise("cause")
+    return launch.join(calls.select("gap", "s_op", "s_cause"), on="gap", how="left").select(
+        *_KEEP, "start", "end", cause=cause, op="s_op", call="call")
 
 
 def gaps_of(merged: pl.DataFrame) -> pl.DataFrame:

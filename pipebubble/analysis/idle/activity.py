@@ -9,6 +9,9 @@ instant takes the class of the first kind of span that covers it, in ``CLASSES``
   synchronize (not ``cudaStreamWaitEvent``/"Stream wait sync", a wait the GPU does), a copy or memset that is
   not ``Async``, or one whose copy ended before it returned (a copy to pageable memory), an allocator call
   (``cudaMalloc``, ``cudaFree``: implicitly synchronizing);
+- ``startup``: a call that loads code or initialises the runtime or a library (``cuModuleLoad``,
+  ``cublasCreate``, ``ncclCommInit``...), or a launch that took ``FIRST_LAUNCH_NS`` or more (a kernel's first
+  launch loads its module: a launch whose GPU went idle meanwhile did not wait for a full queue);
 - ``launch``: any other runtime call (the launch API itself);
 - ``cpu_ops``: an operator (``aten::...``), with the outermost one named in ``op``;
 - ``python``: none of those (Python, or time nothing traced).
@@ -27,7 +30,7 @@ import polars as pl
 from pipebubble.analysis.intervals import ENGINE, merge
 from pipebubble.spans import is_comm
 
-CLASSES = ("peer", "data_loader", "sync_stall", "blocking_copy", "allocator", "launch", "cpu_ops")
+CLASSES = ("peer", "data_loader", "sync_stall", "blocking_copy", "allocator", "startup", "launch", "cpu_ops")
 #: The classes of a call that returns only once the GPU is done.
 BLOCKING = ("sync_stall", "blocking_copy", "allocator")
 #: What a thread waits on that is not the GPU: a gap that begins while it waits is the wait's until it ends.
@@ -39,6 +42,14 @@ DATA_LOADER = r"(?i)dataloader|_next_data|_MultiProcessingDataLoaderIter|_Single
 COPY_CALLS = r"(?i)^(cuda|hip|cu)(Memcpy|Memset)[^A]*$|(?i)^hipMemcpyWithStream$"
 SYNC_CALLS = r"(?i)synchroni[sz]e"
 ALLOCATOR_CALLS = r"(?i)^(cuda|hip|cu)(Mem)?(Malloc|Free|Alloc|HostAlloc|HostRegister|HostUnregister)[^A]*$"
+#: A launch this long loaded its code (a launch whose GPU ran dry meanwhile did not wait for a full queue).
+FIRST_LAUNCH_NS = 1_000_000
+LAUNCH_CALLS = r"(?i)launch"
+#: Calls that load code or initialise the runtime or a library.
+STARTUP_CALLS = (r"^(cu|cuda|hip)(Init|SetDevice|DeviceReset|DevicePrimaryCtxRetain|CtxCreate\w*|ModuleLoad\w*"
+                 r"|LibraryLoad\w*|ModuleGetFunction|LibraryGetKernel|GetDriverEntryPoint\w*)(_v\d+)*$"
+                 r"|^(cublas|cublasLt|cudnn|cusparse|cusolver\w*|cufft|curand|rocblas|hipblas|hipblasLt|miopen)"
+                 r"Create\w*$|^(nccl|rccl)CommInit\w*$")
 #: Host syncs that do not block the thread (a wait the GPU does).
 GPU_SIDE = r"(?i)wait"
 #: Ranges that are operators (NVTX ranges of PyTorch's emitter: ``aten::to, op_id = 7``).
@@ -65,6 +76,8 @@ def classes(held: pl.DataFrame | None = None) -> dict[str, pl.Expr]:
         "sync_stall": sync,
         "blocking_copy": copy,
         "allocator": runtime & name.str.contains(ALLOCATOR_CALLS),
+        "startup": runtime & (name.str.contains(STARTUP_CALLS) | (
+            name.str.contains(LAUNCH_CALLS) & (pl.col("end") - pl.col("start") >= FIRST_LAUNCH_NS))),
         "launch": runtime | (kind == "sync"),
         "cpu_ops": operators(),
     }

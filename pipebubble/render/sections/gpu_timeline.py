@@ -30,6 +30,7 @@ LOOK = {
     "sync_stall": ("s", "idle: sync stall", "#999933"),
     "blocking_copy": ("c", "idle: blocking copy", "#117733"),
     "allocator": ("a", "idle: allocator", "#44aa99"),
+    "startup": ("u", "idle: start-up", "#661100"),
     "cpu_ops": ("o", "idle: CPU-bound (operators)", "#882255"),
     "python": ("y", "idle: CPU-bound (Python / untraced)", "#cc6677"),
     "launch": ("l", "idle: launch overhead", "#ddcc77"),

@@ -15,9 +15,9 @@ from pipebubble.report import Breakdown, CallStat, Report
 from pipebubble.report.idle import CAUSES
 
 #: An idle cause as a column says it (``report.idle.WORDS`` has the long form).
-COLUMNS = {"sync_stall": "sync", "blocking_copy": "copy", "allocator": "alloc", "cpu_ops": "CPU ops",
-           "python": "Python", "launch": "launch", "peer": "peer", "data_loader": "loader", "dependency": "dep",
-           "unknown": "unknown"}
+COLUMNS = {"sync_stall": "sync", "blocking_copy": "copy", "allocator": "alloc", "startup": "start-up",
+           "cpu_ops": "CPU ops", "python": "Python", "launch": "launch", "peer": "peer", "data_loader": "loader",
+           "dependency": "dep", "unknown": "unknown"}
 # What a stacked bar shows, in order: (label, Breakdown field); they add up to the window
 PARTS = (("compute", "compute_ns"), ("exposed comm", "comm_exposed_ns"), ("exposed memory", "memory_exposed_ns"),
          ("idle", "idle_ns"))
@@ -71,7 +71,8 @@ def idle_table(report: Report, limit: int | None = None, unit: str = "ms") -> Ta
     columns = ["gpu", f"idle {unit}", *(f"{COLUMNS.get(key, key.replace('_', ' '))} {unit}" for key in keys)]
     return Table(f"GPU idle by cause ({unit}; each gap followed to the launch of the op that ended it and what its"
                  " host thread did until then: sync: a synchronize and the refill after it; copy: a blocking copy;"
-                 " alloc: cudaMalloc/cudaFree; CPU ops: host operators; Python: Python or untraced time; launch:"
+                 " alloc: cudaMalloc/cudaFree; start-up: code loading, initialisation, first launches; CPU ops:"
+                 " host operators; Python: Python or untraced time; launch:"
                  " the launch call and its latency; peer: a collective or send/recv call; loader: the data loader;"
                  " dep: launched before the GPU went idle (an event or another stream); unknown: no launch"
                  " recorded, or outside the GPU's work)",
