@@ -50,7 +50,7 @@ def leads(found: Finding) -> bool:
 def _late(report: Report, late: list[LateRank]) -> list[Finding]:
     step = job_step(report)
     return [] if step is None else late_rank_findings.findings(late, step.ns, step.count, gpus(report),
-                                                                report.collectives)
+                                                                report.collectives, step.per)
 
 
 def priced(found: Finding, gpu_cost: float | None) -> Finding:

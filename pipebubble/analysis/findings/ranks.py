@@ -30,14 +30,15 @@ def findings(report: Report) -> list[Finding]:
     thin = coll.support is not None and coll.support.thin
     return [finding(
         "late_rank", f"{who} arrives last at {late.last} of {late.calls} collectives: the others wait {ms(worth)} "
-        "a step" + support_words(coll),
+        f"{step.per_words}" + support_words(coll),
         Where(ranks=[late.rank] if late.rank is not None else [], gpus=[late.lane] if late.lane else []),
         "late at collectives" + (" (thin evidence)" if thin else ""),
         {"late_ns": late.late_ns, "last": late.last, "calls": late.calls, "peers": peers, "steps": step.count,
          "waited_ns": coll.waited_ns, "support": _support(coll)},
-        worth, gpus(report), step.ns, f"find what holds {who} before the collectives it arrives last to",
+        worth, gpus(report), step, f"find what holds {who} before the collectives it arrives last to",
         f"the others waited {ms(late.late_ns)} in all at the calls it arrived last to (summed over its peers and "
-        "calls), divided by its peers and steps: the mean peer wait at those calls, per step",
+        "calls), divided by its peers" + (" and steps: the mean peer wait at those calls, per step" if step.per ==
+                                          "step" else ": the mean peer wait at those calls, over the window"),
     )]
 
 

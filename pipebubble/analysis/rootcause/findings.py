@@ -19,7 +19,7 @@ than ``THIN_CALLS`` calls) is said in the title.
 from __future__ import annotations
 
 from pipebubble.analysis.comm.collectives import thin_reasons
-from pipebubble.analysis.findings.common import finding, ms
+from pipebubble.analysis.findings.common import Step, finding, ms
 from pipebubble.analysis.rootcause.result import LateRank
 from pipebubble.report import THIN_CALLS, Collectives
 from pipebubble.report.findings import Finding, Where
@@ -45,49 +45,57 @@ WORDS = {
 
 
 def findings(late: list[LateRank], step_ns: int, steps: int | None = None, gpus: int = 1,
-             collectives: Collectives | None = None) -> list[Finding]:
+             collectives: Collectives | None = None, per: str = "step") -> list[Finding]:
     """One finding per late rank (most worth first), worth per step over ``steps`` (the job's; None: each
     rank's measured steps) of a ``step_ns`` step, freeing ``gpus`` GPUs; ``collectives``: the job's matched
-    calls (what the others waited in all, and how thin the evidence is)."""
-    return [_finding(r, step_ns, steps or r.measured_steps, gpus, collectives) for r in late if sum(r.worth_ns) > 0]
+    calls (what the others waited in all, and how thin the evidence is). ``per``: ``"window"`` for a trace
+    without step markers (its window stands for the step, and the finding says so, never "a step")."""
+    return [_finding(r, step_ns, steps or r.measured_steps, gpus, collectives, per) for r in late
+            if sum(r.worth_ns) > 0]
 
 
-def _finding(r: LateRank, step_ns: int, steps: int, gpus: int, coll: Collectives | None) -> Finding:
+def _finding(r: LateRank, step_ns: int, steps: int, gpus: int, coll: Collectives | None, per: str) -> Finding:
     """The finding of one late rank."""
     who = f"rank {r.rank}" if r.rank is not None else f"process {r.pid}"
     total, worth = sum(r.worth_ns) / steps, round(sum(r.cause_worth_ns) / steps)
     said, action = WORDS[r.cause]
     held = f": {_chain(r)}" if r.chain else ""
     thin = _thin(r, coll)
-    title = f"{who} {said}{held}{_share(worth, total)}" + (f" (thin evidence: {', '.join(thin)})" if thin else "")
+    title = f"{who} {said}{held}{_share(worth, total, per)}" + (
+        f" (thin evidence: {', '.join(thin)})" if thin else "")
     evidence = {
         "steps": r.steps, "late_ns": r.late_ns, "entered_late_ns": r.entered_late_ns, "inside_ns": r.inside_ns,
         "worth_ns_per_step": r.worth_ns, "late_calls": r.calls, "measured_steps": r.measured_steps, **r.evidence,
     }
     return finding(
         "data_loader" if r.cause == "data_loader" else "late_rank", title,
-        Where(ranks=[r.rank] if r.rank is not None else []), r.cause, evidence, worth, gpus, step_ns,
-        action.format(who=who), _how(r, steps, total, _in_all(r, coll)),
+        Where(ranks=[r.rank] if r.rank is not None else []), r.cause, evidence, worth, gpus,
+        Step(step_ns, steps, per), action.format(who=who), _how(r, steps, total, _in_all(r, coll), per),
     )
 
 
-def _share(worth: int, total: float) -> str:
-    """What the others wait a step for the rank, and the cause's part of it where the rest shows."""
+def _share(worth: int, total: float, per: str) -> str:
+    """What the others wait a step (or over the window) for the rank, and the cause's part of it where the
+    rest shows."""
+    each = "a step" if per == "step" else "over the window"
     if ms(worth) == ms(total):
-        return f"; the others wait {ms(total)} a step for it"
-    return f": {ms(worth)} of the {ms(total)} a step the others wait for it"
+        return f"; the others wait {ms(total)} {each} for it"
+    return f": {ms(worth)} of the {ms(total)} {each} the others wait for it"
 
 
-def _how(r: LateRank, steps: int, total: float, in_all: tuple[int, int] | None) -> str:
+def _how(r: LateRank, steps: int, total: float, in_all: tuple[int, int] | None, per: str) -> str:
     """How the worth was computed, from the others' wait in all to the cause's part a step."""
-    waited = (f"the others waited {ms(in_all[0])} in all at the {in_all[1]:,} calls it arrived last to ({steps:,} "
-              f"step{'s' * (steps != 1)}, summed over its peers); " if in_all else "")
+    span = f"{steps:,} step{'s' * (steps != 1)}" if per == "step" else "the window"
+    each = "a step" if per == "step" else "over the window"
+    waited = (f"the others waited {ms(in_all[0])} in all at the {in_all[1]:,} calls it arrived last to ({span}, "
+              f"summed over its peers); " if in_all else "")
     parts = sorted(r.evidence.get("worth_by_cause_ns", {}).items(), key=lambda kv: (-kv[1], kv[0]))
     split = ", ".join(f"{cause_words(c)} {ms(ns / steps)}" for c, ns in parts if round(ns / steps / 1e5))
     before = (" (entering late lies before its steps: fixing what it does inside them does not give that back)"
               if r.cause != "entered_late" and any(c == "entered_late" for c, _ in parts) else "")
-    return (f"{waited}on time, each call would release at the second-last arrival: {ms(total)} a step (the least "
-            f"peer wait at each, summed, per step); by cause, in proportion to its "
+    return (f"{waited}on time, each call would release at the second-last arrival: {ms(total)} {each} (the least "
+            f"peer wait at each, summed, {'per step' if per == 'step' else 'over the window'}); by cause, in"
+            f" proportion to its "
             f"lateness: {split}{before}; the worth is its cause's part ({cause_words(r.cause)})")
 
 
