@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def comparable(report: dict) -> dict:
-    """A report without what a spilled trace not read whole leaves out (``run.reducer.UNBINNED``): its per-GPU
+    """A report without what a spilled trace not read whole leaves out (``analysis.job.UNBINNED``): its per-GPU
     timeline, its critical path, why a rank is late (its findings name a late rank from the collectives
     alone) and the note that says so."""
     body = {k: v for k, v in report.items() if k not in ("strips", "critical_path", "findings")}

@@ -1,22 +1,35 @@
-"""The reduce of a whole job: its pipeline section (when it is one), its collectives matched across ranks,
-the waits of both, and the job's notes (not a pipeline and why, one rank of a bigger job, a straggler)."""
+"""The reduce of a job, pure: every file's parts (what each analysis of ``registry.ANALYSES`` mapped, on the
+job's one clock) to the Report. Across ranks first: the pipeline section on evidence, the collectives matched
+(within a pipeline, among each stage's data-parallel peers), the waits of both, why a late rank is late and
+each step's critical path (``_across_ranks``); then the serving steps, GPU time, timeline strips, memory,
+requests and the idle account; last, the findings over them all. What the run does before (each file's
+account, the one clock) is ``run.reducer``'s.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import polars as pl
 
+from pipebubble.analysis import breakdown as bd
+from pipebubble.analysis.breakdown.strips import empty_bins, job_strips
 from pipebubble.analysis.comm import collectives as coll
 from pipebubble.analysis.comm import p2p as pp
-from pipebubble.analysis.critical import CriticalPart, critical_paths
+from pipebubble.analysis.critical import CriticalPart, critical_paths, median_path
+from pipebubble.analysis.idle import top_rows
+from pipebubble.analysis.lanes import sort_lanes
+from pipebubble.analysis.memory import memory_report
 from pipebubble.analysis.pipeline.evidence import one_rank, some_ranks
 from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.pipeline.report import PipelineSection, reduce_stages, stacked
+from pipebubble.analysis.requests import summarize as summarize_requests
+from pipebubble.analysis.requests.part import RequestsPart
 from pipebubble.analysis.rootcause import part as rc_part
 from pipebubble.analysis.rootcause.result import LateRank, late_ranks
-from pipebubble.options import PipelineOptions
-from pipebubble.report import Collectives, CriticalPath, Wait
+from pipebubble.options import Options, PipelineOptions
+from pipebubble.report import Collectives, CriticalPath, IngestSummary, Lane, Report, Requests, Strips, Wait
 
 #: At most this many collective waits are listed (biggest first); ``Collectives`` sums them all.
 MAX_COLLECTIVE_WAITS = 1000
@@ -33,6 +46,8 @@ class CommPart:
     p2p: pl.DataFrame = field(default_factory=pp.empty)
     windows: pl.DataFrame = field(default_factory=rc_part.empty)  # each arrival's window (``rootcause.part``)
 
+    FRAMES = ("calls", "p2p", "windows")
+
 
 @dataclass(frozen=True)
 class JobSection:
@@ -44,13 +59,89 @@ class JobSection:
     critical: list[CriticalPath] = field(default_factory=list)  # each step's critical path across ranks
 
 
-def reduce_job(
+def reduce_job(parts: dict[str, list[Any]], metas: list[dict], options: Options, ingest: IngestSummary,
+               notes: list[str]) -> Report:
+    """The job's report. ``parts``: each analysis's parts by its name (the ``FilePart`` fields: ``serving``
+    and ``segments`` apart), one per file (None where it has none), in the files' order, on one clock;
+    ``metas``: each file's meta; ``ingest`` and ``notes``: what was read and what its clocks say."""
+    from pipebubble.analysis.findings import findings  # the reduce's alone: not loaded by a worker
+    from pipebubble.analysis.memory.fit import with_memory
+
+    have = {name: [p for p in each if p is not None] for name, each in parts.items()}
+    job = _across_ranks(have["stages"], have["comm"], metas, options.pipeline, have["critical"])
+    section, gpus = job.section, have["gpu"]
+    interference, segments = max(zip(parts["serving"], parts["segments"], strict=True),
+                                 key=lambda s: (s[0].steps or 0) if s[0] else 0)
+    memory = memory_report([(m, s.names if s else None, meta) for m, s, meta in
+                            zip(parts["memory"], parts["stages"], metas, strict=True)],
+                           [s.name for s in sorted(section.stages, key=lambda s: s.stage)], section.pipeline)
+    pipeline = section.pipeline
+    if pipeline is not None:
+        pipeline = with_memory(pipeline, memory, options.pipeline.memory_limit)
+    lanes = sort_lanes(pl.concat(parts["lanes"], how="vertical_relaxed"))
+    unbinned = _unbinned(parts["strips"], metas)
+    report = Report(
+        ingest=replace(ingest, memory_events=memory.events if memory else 0),
+        lanes=[Lane(**row) for row in lanes.iter_rows(named=True)],
+        stages=section.stages,
+        pipeline=pipeline,
+        waits=job.waits,
+        interference=interference,
+        timeline=section.timeline + segments,
+        collectives=job.collectives,
+        notes=notes + job.notes + unbinned,
+        breakdown=[row for g in gpus for row in g.rows],
+        kernels=bd.kernels(gpus),
+        host=bd.host(gpus),
+        memory=memory,
+        strips=_strips(have["strips"]),
+        critical_path=_with_median_segments(job.critical),
+        requests=_requests(have["requests"]),
+        idle=top_rows([g.idle for g in gpus]),
+    )
+    late = None if unbinned else job.late  # a spilled rank not read whole has no arrivals' windows
+    return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=late))
+
+
+#: The note of a report some of whose traces were spilled and not read whole (``run.mapper._map_spilled``).
+UNBINNED = ("per-GPU timeline, critical path and why a rank is late: not computed for {} trace(s) spilled to disk "
+            "(bigger than the memory budget; a late rank is named from the collectives alone)")
+
+
+def _unbinned(strips: list[pl.DataFrame | None], metas: list[dict]) -> list[str]:
+    """A note when spilled traces have no strips nor critical-path part (not read whole)."""
+    count = sum(1 for s, meta in zip(strips, metas, strict=True) if meta.get("spill") and s is None)
+    return [UNBINNED.format(count)] if count else []
+
+
+def _strips(frames: list[pl.DataFrame]) -> Strips | None:
+    """The job's timeline strips (one step per GPU), None without a GPU."""
+    bins = pl.concat(frames, how="vertical_relaxed") if frames else empty_bins()
+    return job_strips(bins) if bins.height else None
+
+
+def _requests(parts: list[RequestsPart]) -> Requests | None:
+    """The served requests of every file (OTLP, Jaeger or an engine's own events) with the engine steps and
+    KV-cache events found beside them, on the job's clock."""
+    if not parts:
+        return None
+    frames = {k: pl.concat([getattr(p, k) for p in parts], how="vertical_relaxed") for k in RequestsPart.FRAMES}
+    return summarize_requests(frames["requests"], frames["steps"], frames["kv"])
+
+
+def _with_median_segments(paths: list[CriticalPath]) -> list[CriticalPath]:
+    """Every step's path, the segments kept on the median step's only (the others' shares stay whole)."""
+    median = median_path(paths)
+    return [p if p is median else replace(p, segments=[]) for p in paths]
+
+
+def _across_ranks(
     stage_parts: list[StagePart], comm_parts: list[CommPart], metas: list[dict], options: PipelineOptions,
-    critical_parts: list[CriticalPart] | None = None,
+    critical_parts: list[CriticalPart],
 ) -> JobSection:
-    """Reduce: the pipeline section on evidence, then the collectives (within a pipeline: among each stage's
-    data-parallel peers), the waits (a pipeline's gaps spent in a collective get cause ``collective``) and
-    the notes."""
+    """The pipeline section on evidence, then the collectives (within a pipeline: among each stage's
+    data-parallel peers), the waits (a pipeline's gaps spent in a collective get cause ``collective``), the
+    notes, why each late rank is late and each step's critical path (both given the send/recv pairs)."""
     p2p = {
         "send": sum(c.facts.get("p2p_send", 0) for c in comm_parts),
         "recv": sum(c.facts.get("p2p_recv", 0) for c in comm_parts),

@@ -1,10 +1,11 @@
 """The map: one trace file, where it lies (this process, a pool worker or a Ray task), to its part.
 
-Read the file (through the span cache), then reduce it to what the report needs from it: its lanes'
-busy/idle, its stages' labelled work and merged host activity, its serving steps, its collectives, its GPU
-time, memory, timeline strips, critical-path part and requests. Parts mapped in another process travel as
-Arrow IPC tables in a msgpack envelope (``wire``), never as Python objects; one mapped in this process is
-reduced as it is (``reducer``).
+Read the file (through the span cache), then run the registry's analyses over it (``analysis.registry``):
+its lanes' busy/idle, its stages' labelled work and merged host activity, its serving steps, its collectives,
+its GPU time, timeline strips, critical-path part, requests and memory. Small rank files are mapped a batch
+at a time (``map_together``: each analysis once over the batch, split by rank); a spilled one in windows
+(``_map_spilled``). Parts mapped in another process travel as Arrow IPC tables in a msgpack envelope
+(``wire``), never as Python objects; one mapped in this process is reduced as it is (``reducer``).
 """
 
 from __future__ import annotations
@@ -12,35 +13,28 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart
-from pipebubble.analysis.breakdown.part import inputs as gpu_inputs
-from pipebubble.analysis.breakdown.strips import empty_bins, strip_bins
-from pipebubble.analysis.critical import CriticalPart, critical_part
+from pipebubble.analysis.critical import CriticalPart
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart
-from pipebubble.analysis.memory import MemoryPart, memory_part
+from pipebubble.analysis.memory import MemoryPart
 from pipebubble.analysis.pipeline.part import StagePart
-from pipebubble.analysis.registry import (
-    breakdown_with,
-    comm_part,
-    lanes_part,
-    serving_part,
-    serving_ranks,
-    stages_part,
-    stages_parts,
-)
-from pipebubble.analysis.requests.part import RequestsPart, has_request_events, requests_part
+from pipebubble.analysis.registry import Given, parts_of, parts_together
+from pipebubble.analysis.requests.part import RequestsPart
 from pipebubble.ingest.base import FileResult
 from pipebubble.options import Options
 from pipebubble.report import Interference, Segment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FilePart:
-    """One file's contribution: its ingest account (no spans), lanes, stage part and serving steps."""
+    """One file's contribution: its ingest account (no spans) and each registered analysis's part under its
+    name (``registry.ANALYSES``; the serving analysis's pair as ``serving`` and ``segments``). None: not
+    computed (a spilled file not read whole)."""
 
     file: FileResult
     lanes: pl.DataFrame
@@ -49,69 +43,46 @@ class FilePart:
     segments: list[Segment]
     comm: CommPart | None = None
     gpu: GpuPart | None = None
-    memory: MemoryPart | None = None
     strips: pl.DataFrame | None = None  # per GPU and step, binned (``breakdown.strips``)
     critical: CriticalPart | None = None
     requests: RequestsPart | None = None
+    memory: MemoryPart | None = None
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
     """Map, given a file already read."""
     if result.meta.get("spill"):
         return _map_spilled(result, options)
-    spans = result.spans
-    given = gpu_inputs(spans, options.serving.step_regex)  # read by the breakdown and the strips both
-    return _part(result, options, lanes_part(spans, options), comm_part(spans, options),
-                 breakdown_with(spans, options, given),
-                 strips=strip_bins(spans, options.serving.step_regex, given=given),
-                 critical=critical_part(spans, options.serving.step_regex, given.steps))
+    return _mapped(result, options)
 
 
-#: Not computed yet: ``_part`` computes it from the file's spans.
-_ALONE = object()
+def _mapped(result: FileResult, options: Options, known: dict | None = None) -> FilePart:
+    """The part of a file in memory: every analysis's (``registry.parts_of``), those ``known`` as they are."""
+    account = _account(result, {**result.meta, "spans": result.spans.height})
+    return _file_part(account, parts_of(result.spans, options, _given(result), known))
 
 
-def _part(result: FileResult, options: Options, lanes: pl.DataFrame, comm: CommPart, gpu: GpuPart,
-          stages=_ALONE, serving=_ALONE, strips=_ALONE, critical=_ALONE, requests=_ALONE) -> FilePart:
-    """The file's part, its lanes, collectives and breakdown given: its stages and serving steps added (those
-    not given computed from its spans)."""
-    spans = result.spans
-    part = stages_part(spans, options, result.meta) if stages is _ALONE else stages
-    steps, segments = serving_part(spans, options, result.meta) if serving is _ALONE else serving
-    account = FileResult(
-        result.source,
-        spans.clear(),
-        result.events_read,
-        result.skipped,
-        result.warnings,
-        {**result.meta, "spans": spans.height},
-        result.format,
-    )
-    regex = options.serving.step_regex
-    strips = strip_bins(spans, regex) if strips is _ALONE else strips
-    critical = critical_part(spans, regex) if critical is _ALONE else critical
-    requests = requests_part(result.requests, spans, regex) if requests is _ALONE else requests
-    return FilePart(account, lanes, part, steps, segments, comm, gpu, _memory(result, spans, part), strips, critical,
-                    requests)
+def _given(result: FileResult) -> Given:
+    return Given(result.meta, result.memory, result.requests)
 
 
-def _memory(result: FileResult, spans: pl.DataFrame | pl.LazyFrame, stages: StagePart | None) -> MemoryPart | None:
-    """The file's memory part (``analysis.memory``): its allocator events with its profiler steps and its
-    stages' passes; None without allocator events."""
-    if result.memory is None:
-        return None
-    steps = spans.filter(pl.col("kind") == "step").select("lane", "name", "start", "end")
-    steps = steps.collect() if isinstance(steps, pl.LazyFrame) else steps
-    return memory_part(result.memory, steps, None if stages is None else stages.work)
+def _account(result: FileResult, meta: dict) -> FileResult:
+    """What the reduce keeps of the file read: its account, without spans and tables."""
+    return replace(result, spans=result.spans.clear(), meta=meta, memory=None, requests=None)
+
+
+def _file_part(account: FileResult, parts: dict[str, Any]) -> FilePart:
+    serving, segments = parts.pop("serving")
+    return FilePart(file=account, serving=serving, segments=segments, **parts)
 
 
 def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
     """Map several files already read, each file's part as ``map_spans`` makes it. Files of one rank each,
-    no two of the same rank, have their lanes, collectives, breakdown and stage part computed once over all
-    their spans (those group by lane and by rank, so each file's rows are what it gives alone) and split by
-    rank; the job-wide sums (kernel and host summaries, point-to-point counts, step lengths) go with the
-    first of them. Their serving steps are looked for only in the files that show a sign of an engine.
-    Other files (spilled, rankless, a rank twice, a lane name another file has too) are mapped alone."""
+    no two of the same rank, are mapped at once (``registry.parts_together``: lanes, collectives, breakdown,
+    strips, critical-path part and stage part computed once over all their spans, which group by lane and by
+    rank, so each file's rows are what it gives alone, then split by rank; the job-wide sums go with the
+    first of them; serving steps and requests looked for only in the files that may hold them). Other files
+    (spilled, rankless, a rank twice, a lane name another file has too) are mapped alone."""
     ranks = [_only_rank(r) for r in results]
     counts = Counter(ranks)
     together = [k for k, rank in enumerate(ranks) if rank is not None and counts[rank] == 1]
@@ -123,31 +94,9 @@ def map_together(results: list[FileResult], options: Options) -> list[FilePart]:
             together = [k for k in together if ranks[k] not in shared]
             spans = spans.filter(~pl.col("rank").is_in(list(shared)))
     if len(together) > 1:
-        given = gpu_inputs(spans, options.serving.step_regex)  # read by the breakdown and the strips both
-        lanes, comm = lanes_part(spans, options), comm_part(spans, options)
-        gpu = breakdown_with(spans, options, given)
-        stages = stages_parts(spans, options, {ranks[k]: results[k].meta for k in together})
-        engines = serving_ranks(spans, options)
-        lane_rows, calls, p2p = _by(lanes, "rank"), _by(comm.calls, "who"), _by(comm.p2p, "who")
-        windows, idle = _by(comm.windows, "who"), _by(gpu.idle, "rank")
-        strips, critical = _by(strip_bins(spans, options.serving.step_regex, given=given), "rank"), critical_part(
-            spans, options.serving.step_regex, given.steps)
-        critical_of = critical.by_participant()
-        served = has_request_events(spans)  # looked for once over the batch, not once a file
-        no_bins = empty_bins()
-        for n, k in enumerate(together):
-            rank, first = ranks[k], n == 0
-            parts[k] = _part(
-                results[k], options, lane_rows.get(rank, lanes.clear()),
-                CommPart(calls.get(rank, comm.calls.clear()),
-                         comm.facts if first else {"p2p_send": 0, "p2p_recv": 0, "step_ns": []},
-                         p2p.get(rank, comm.p2p.clear()), windows.get(rank, comm.windows.clear())),
-                _gpu_share(gpu, rank, first, idle.get(rank)), stages.get(rank, _ALONE),
-                _ALONE if engines is None or rank in engines else (None, []),
-                strips.get(rank, no_bins),
-                critical_of.get(rank, critical.cleared()),
-                _ALONE if served or results[k].requests is not None else None,
-            )
+        shares = parts_together(spans, options, {ranks[k]: _given(results[k]) for k in together})
+        for k in together:
+            parts[k] = _mapped(results[k], options, shares[ranks[k]])
     return [part if part is not None else map_spans(r, options) for part, r in zip(parts, results, strict=True)]
 
 
@@ -155,13 +104,6 @@ def _sharing_lanes(spans: pl.DataFrame) -> set[int]:
     """The ranks with a lane name another rank has too (lane names that do not carry the rank would merge)."""
     ranks = spans.lazy().group_by("lane").agg(pl.col("rank").unique()).filter(pl.col("rank").list.len() > 1)
     return set(ranks.select(pl.col("rank").explode()).collect(engine=ENGINE)["rank"].to_list())
-
-
-def _by(frame: pl.DataFrame, column: str) -> dict:
-    """``frame``'s rows by the value of ``column``, in their order (one pass, not a filter per value)."""
-    if column not in frame.columns:
-        return {}
-    return {rows[column][0]: rows for rows in frame.partition_by(column, maintain_order=True)}
 
 
 def _only_rank(result: FileResult) -> int | None:
@@ -172,28 +114,20 @@ def _only_rank(result: FileResult) -> int | None:
     return int(spans["rank"][0]) if spans["rank"].n_unique() == 1 else None
 
 
-def _gpu_share(gpu: GpuPart, rank: int, first: bool, idle: pl.DataFrame | None) -> GpuPart:
-    """One rank's breakdown rows and idle account (``idle``: its rows of the batch's); the summaries' partial
-    sums with the first file, empty with the others."""
-    rows = [row for row in gpu.rows if row.rank == rank]
-    idle = gpu.idle.clear() if idle is None else idle
-    if first:
-        return replace(gpu, rows=rows, idle=idle)
-    frames = {k: getattr(gpu, k).clear() for k in GpuPart.FRAMES}
-    return GpuPart(rows, delay={"count": 0, "total": 0, "max": None, "median": None}, short=0,
-                   **{**frames, "idle": idle})
+#: What a spilled table not read whole leaves out: its serving steps, strips, critical-path part and requests.
+_LEAN = {"serving": (None, []), "strips": None, "critical": None, "requests": None}
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
     """A span table too big for memory, in Parquet files. Its lanes and GPU breakdown are computed first, in
     time windows of the memory budget's size (``budget.rows_per_window``, shared by the two, which run side by
-    side). Then what its stage, collective and serving parts need:
+    side). Then the registry's other analyses, over:
 
     - nothing more, for a file that is the whole job and can hold no stage (``pipeline.part.holds_stages``) nor
-      engine steps;
+      engine steps: its memory part alone, from the scan;
     - its communication rows only (``registry.comm_rows``), for a rank of a job that holds no pipeline
       evidence (``pipeline.part.no_evidence``) nor sign of engine steps (``registry.serving_ranks``): a data-,
-      fully sharded or expert-parallel rank;
+      fully sharded or expert-parallel rank: its collectives, stage part and memory;
     - the table whole, otherwise (a pipeline stage, an engine's trace)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -201,7 +135,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     from pipebubble.analysis.comm.collectives import participant_windows
     from pipebubble.analysis.lanes import lane_table_windowed
     from pipebubble.analysis.pipeline.part import holds_stages, no_evidence
-    from pipebubble.analysis.registry import comm_of, comm_rows, may_hold_steps, serving_ranks
+    from pipebubble.analysis.registry import comm_of, comm_rows, may_hold_steps, serving_part, serving_ranks
 
     scan = pl.scan_parquet(Path(result.meta["spill"]) / "*.parquet")
     alone = options.files == 1
@@ -224,18 +158,15 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         lanes, lean_enough = lanes.result(), told.result()
     if warning:
         result = replace(result, warnings=[*result.warnings, warning])
-    account = replace(result, spans=result.spans.clear(), memory=None, requests=None)
-    if alone and lean_enough:
-        return FilePart(account, lanes, None, None, [], None, gpu, _memory(result, scan, None))
-    if not alone and lean_enough:
-        spans = comm_rows(scan)
-        comm = comm_of(spans, participant_windows(scan))
-        part = stages_part(spans, options, result.meta)
-        return FilePart(account, lanes, part, None, [], comm, gpu, _memory(result, scan, part))
-    spans = scan.collect()
-    part = _part(replace(result, spans=spans, meta={**result.meta, "spill": None}), options, lanes,
-                 comm_part(spans, options), gpu)
-    return replace(part, file=replace(part.file, meta=result.meta))
+    known: dict[str, Any] = {"lanes": lanes, "gpu": gpu}
+    if lean_enough and alone:
+        spans, known = scan, {**known, **_LEAN, "stages": None, "comm": None}
+    elif lean_enough:
+        spans = comm_rows(scan)  # every profiler step among them too, which the memory part reads
+        known = {**known, **_LEAN, "comm": comm_of(spans, participant_windows(scan))}
+    else:
+        spans = scan.collect()
+    return _file_part(_account(result, result.meta), parts_of(spans, options, _given(result), known))
 
 
 def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows: int) -> tuple[GpuPart, str | None]:

@@ -13,6 +13,7 @@ import io
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -28,6 +29,8 @@ from pipebubble.report import Breakdown, Interference, Segment
 from pipebubble.run.mapper import FilePart
 
 Put = Callable[[str, pl.DataFrame], str]
+Get = Callable[[str], pl.DataFrame]
+Codec = tuple[Callable[..., Any], Callable[..., Any]]
 
 
 def encode(parts: list[FilePart]) -> bytes:
@@ -80,79 +83,76 @@ def _frame(data: bytes) -> pl.DataFrame:
 
 
 def _envelope(part: FilePart, put: Put) -> dict:
-    """The part as plain values, each frame replaced by the name ``put`` files it under."""
+    """The part as plain values, field by field (``FIELDS``), each frame replaced by the name ``put`` files it
+    under."""
     f = part.file
-    stages = None
-    if part.stages is not None:
-        s = part.stages
-        stages = {
-            "names": s.names,
-            "order": [list(o) for o in s.order],
-            "work": put("stages.work", s.work),
-            "host": put("stages.host", s.host),
-            "facts": s.facts,
-            "pipeline": s.pipeline,
-        }
-    return {
-        "file": {
-            "source": f.source,
-            "events_read": f.events_read,
-            "skipped": dict(f.skipped),
-            "warnings": f.warnings,
-            "meta": {**f.meta, "spans": f.meta.get("spans", 0)},
-            "format": f.format,
-        },
-        "lanes": put("lanes", part.lanes),
-        "stages": stages,
-        "serving": None if part.serving is None else part.serving.to_dict(),
-        "segments": [asdict(s) for s in part.segments],
-        "comm": None if part.comm is None else {
-            "calls": put("comm.calls", part.comm.calls), "facts": part.comm.facts,
-            "p2p": put("comm.p2p", part.comm.p2p), "windows": put("comm.windows", part.comm.windows),
-        },
-        "gpu": None if part.gpu is None else {
-            "rows": [asdict(r) for r in part.gpu.rows],
-            "delay": part.gpu.delay,
-            "short": part.gpu.short,
-            **{k: put(f"gpu.{k}", getattr(part.gpu, k)) for k in GpuPart.FRAMES},
-        },
-        "memory": None if part.memory is None else {
-            k: put(f"memory.{k}", getattr(part.memory, k)) for k in MemoryPart.FRAMES},
-        "strips": None if part.strips is None else put("strips", part.strips),
-        "requests": None if part.requests is None else {
-            k: put(f"requests.{k}", getattr(part.requests, k)) for k in RequestsPart.FRAMES},
-        "critical": None if part.critical is None else {
-            k: put(f"critical.{k}", getattr(part.critical, k)) for k in CriticalPart.FRAMES},
-    }
+    account = {"source": f.source, "events_read": f.events_read, "skipped": dict(f.skipped),
+               "warnings": f.warnings, "meta": {**f.meta, "spans": f.meta.get("spans", 0)}, "format": f.format}
+    values = {name: getattr(part, name) for name in FIELDS}
+    return {"file": account, **{name: None if value is None else FIELDS[name][0](value, put, name)
+                                for name, value in values.items()}}
 
 
-def _part(env: dict, get: Callable[[str], pl.DataFrame]) -> FilePart:
+def _part(env: dict, get: Get) -> FilePart:
     """The part ``_envelope`` wrote, its frames from ``get``."""
     f = env["file"]
-    account = FileResult(
-        f["source"], pl.DataFrame(), f["events_read"], Counter(f["skipped"]), f["warnings"], f["meta"], f["format"]
-    )
-    s = env["stages"]
-    stages = None if s is None else StagePart(
-        s["names"], [_tuple(o) for o in s["order"]], get(s["work"]), get(s["host"]), s["facts"], s.get("pipeline"))
-    segments = [Segment(**seg) for seg in env["segments"]]
-    serving = None if env["serving"] is None else Interference.from_dict(env["serving"])
-    c = env["comm"]
-    comm = None if c is None else CommPart(get(c["calls"]), c["facts"], get(c["p2p"]), get(c["windows"]))
-    g = env["gpu"]
-    gpu = None if g is None else GpuPart(
-        [Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],
-        **{k: get(g[k]) for k in GpuPart.FRAMES})
-    m = env["memory"]
-    memory = None if m is None else MemoryPart(**{k: get(m[k]) for k in MemoryPart.FRAMES})
-    strips = None if env["strips"] is None else get(env["strips"])
-    k = env["critical"]
-    critical = None if k is None else CriticalPart(**{name: get(k[name]) for name in CriticalPart.FRAMES})
-    q = env["requests"]
-    requests = None if q is None else RequestsPart(**{name: get(q[name]) for name in RequestsPart.FRAMES})
-    return FilePart(account, get(env["lanes"]), stages, serving, segments, comm, gpu, memory, strips, critical,
-                    requests)
+    account = FileResult(source=f["source"], spans=pl.DataFrame(), events_read=f["events_read"],
+                         skipped=Counter(f["skipped"]), warnings=f["warnings"], meta=f["meta"], format=f["format"])
+    return FilePart(file=account, **{name: None if env[name] is None else FIELDS[name][1](env[name], get)
+                                     for name in FIELDS})
+
+
+def _frames(cls: type, scalars: tuple[str, ...] = ()) -> Codec:
+    """The codec of a part made of frames (``cls.FRAMES``, each filed as ``field.frame``) and ``scalars``
+    that cross as they are."""
+    def encode(value, put: Put, name: str) -> dict:
+        return {**{k: getattr(value, k) for k in scalars}, **{k: put(f"{name}.{k}", getattr(value, k))
+                                                              for k in cls.FRAMES}}
+
+    def decode(env: dict, get: Get):
+        return cls(**{k: env[k] for k in scalars}, **{k: get(env[k]) for k in cls.FRAMES})
+
+    return encode, decode
+
+
+def _stages_in(s: StagePart, put: Put, name: str) -> dict:
+    return {"names": s.names, "order": [list(o) for o in s.order], "work": put(f"{name}.work", s.work),
+            "host": put(f"{name}.host", s.host), "facts": s.facts, "pipeline": s.pipeline}
+
+
+def _stages_out(s: dict, get: Get) -> StagePart:
+    return StagePart(names=s["names"], order=[_tuple(o) for o in s["order"]], work=get(s["work"]),
+                     host=get(s["host"]), facts=s["facts"], pipeline=s.get("pipeline"))
+
+
+def _gpu_in(g: GpuPart, put: Put, name: str) -> dict:
+    return {"rows": [asdict(r) for r in g.rows], "delay": g.delay, "short": g.short,
+            **{k: put(f"{name}.{k}", getattr(g, k)) for k in GpuPart.FRAMES}}
+
+
+def _gpu_out(g: dict, get: Get) -> GpuPart:
+    return GpuPart(rows=[Breakdown(**r) for r in g["rows"]], delay=g["delay"], short=g["short"],
+                   **{k: get(g[k]) for k in GpuPart.FRAMES})
 
 
 def _tuple(value):
     return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+#: A frame, filed under its field's name.
+FRAME: Codec = (lambda frame, put, name: put(name, frame), lambda name, get: get(name))
+
+#: How each field of a ``FilePart`` but its account crosses: ``encode(value, put, field) -> plain values``
+#: (its frames filed by ``put``) and ``decode(plain, get) -> value``; a None crosses as None.
+FIELDS: dict[str, Codec] = {
+    "lanes": FRAME,
+    "stages": (_stages_in, _stages_out),
+    "serving": (lambda s, put, name: s.to_dict(), lambda d, get: Interference.from_dict(d)),
+    "segments": (lambda segs, put, name: [asdict(s) for s in segs], lambda segs, get: [Segment(**s) for s in segs]),
+    "comm": _frames(CommPart, ("facts",)),
+    "gpu": (_gpu_in, _gpu_out),
+    "strips": FRAME,
+    "critical": _frames(CriticalPart),
+    "requests": _frames(RequestsPart),
+    "memory": _frames(MemoryPart),
+}

@@ -9,7 +9,9 @@ import pytest
 
 from pipebubble import spans
 from pipebubble.analysis.breakdown import GpuPart
+from pipebubble.analysis.breakdown.strips import empty_bins
 from pipebubble.analysis.comm.collectives import CALL_COLUMNS
+from pipebubble.analysis.critical import CriticalPart
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import LANE_COLUMNS
 from pipebubble.analysis.pipeline.report import PipelineSection, StagePart, reduce_stages
@@ -46,7 +48,7 @@ def check(name: str, part, table: str, options: Options) -> None:
         assert isinstance(part, CommPart) and part.calls.columns == CALL_COLUMNS
         assert part.calls["kind"].null_count() == part.calls.height <= 1
         assert (part.facts["p2p_send"], part.facts["p2p_recv"]) == (0, 0)
-    elif name == "breakdown":  # a kernel: its one GPU's whole window, all compute; else no rows
+    elif name == "gpu":  # a kernel: its one GPU's whole window, all compute; else no rows
         assert isinstance(part, GpuPart)
         if table == "one-kernel":
             (row,) = part.rows
@@ -55,6 +57,14 @@ def check(name: str, part, table: str, options: Options) -> None:
             assert part.ops.is_empty() == (options.files == 1)  # value counts only when files are combined
         else:
             assert part.rows == [] and part.stats.is_empty()
+    elif name == "strips":  # a kernel: its GPU's window binned, all compute; else no bins
+        assert isinstance(part, pl.DataFrame) and part.columns == empty_bins().columns
+        assert part.is_empty() == (table != "one-kernel")
+    elif name == "critical":  # a kernel: its one run; else nothing
+        assert isinstance(part, CriticalPart)
+        assert part.nodes.height == (table == "one-kernel") and part.steps.is_empty()
+    elif name in ("requests", "memory"):  # no request table nor request events, no allocator events
+        assert part is None
     else:
         pytest.fail(f"no expectation written for the registered analysis {name!r}")
 
@@ -63,12 +73,22 @@ def check(name: str, part, table: str, options: Options) -> None:
 @pytest.mark.parametrize("name", ANALYSES)
 @pytest.mark.parametrize("options", [Options(), Options(files=1, world=1)], ids=["defaults", "one-file"])
 def test_every_analysis_on_degenerate_tables(name, table, options):
-    check(name, ANALYSES[name](TABLES[table](), options), table, options)
-    check(name, ANALYSES[name](TABLES[table](), options, {}), table, options)
+    run = ANALYSES[name].run
+    check(name, run(TABLES[table](), options), table, options)
+    check(name, run(TABLES[table](), options, {}), table, options)
 
 
 def test_every_analysis_takes_the_documented_signature():
+    """``f(spans, options, meta=None, **reads)``: what it reads by keyword, as its entry declares, None when not
+    given; and each registry name is a field of the map's part."""
     import inspect
+    from dataclasses import fields
+
+    from pipebubble.run.mapper import FilePart
 
     for name, analysis in ANALYSES.items():
-        assert list(inspect.signature(analysis).parameters) == ["spans", "options", "meta"], name
+        parameters = inspect.signature(analysis.run).parameters
+        assert list(parameters)[:3] == ["spans", "options", "meta"], name
+        assert list(parameters)[3:] == list(analysis.reads), name
+        assert all(p.default is None for p in list(parameters.values())[2:]), name
+    assert set(ANALYSES) <= {f.name for f in fields(FilePart)}

@@ -50,3 +50,11 @@ def test_a_run_in_this_process_encodes_no_part_and_reports_as_a_pooled_one(tmp_p
     monkeypatch.setattr(wire, "encode", refused)
     here = run([folder], scale=Scale(workers=1, use_cache=False)).to_dict()
     assert json.dumps(here, sort_keys=True) == json.dumps(pooled, sort_keys=True)
+
+
+def test_every_field_of_a_part_crosses():
+    from dataclasses import fields
+
+    from pipebubble.run.mapper import FilePart
+
+    assert set(wire.FIELDS) == {f.name for f in fields(FilePart)} - {"file"}
