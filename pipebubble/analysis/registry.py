@@ -152,17 +152,19 @@ def _named_like(regexes) -> pl.Expr:
     return pl.any_horizontal(pl.col("name").str.contains(regex) for regex in regexes)
 
 
-def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None) -> CommPart:
+def comm_part(spans: pl.DataFrame, options: Options, meta: Meta = None, inputs: GpuInputs | None = None
+              ) -> CommPart:
     """The file's collective calls per participant, its send/recv counts (``collectives``), its
-    point-to-point operations (``p2p``) and each arrival's window (``rootcause.part``); no rows without
-    communication."""
-    return comm_of(spans, step_regex=options.serving.step_regex)
+    point-to-point operations (``p2p``) and each arrival's window (``rootcause.part``, the GPU's idle split
+    by the idle account of ``inputs``); no rows without communication."""
+    return comm_of(spans, step_regex=options.serving.step_regex, pieces=None if inputs is None else inputs.pieces)
 
 
-def comm_together(spans: pl.DataFrame, options: Options, files: dict[int, Given]) -> dict[int, CommPart]:
+def comm_together(spans: pl.DataFrame, options: Options, files: dict[int, Given], inputs: GpuInputs | None = None
+                  ) -> dict[int, CommPart]:
     """``comm_part`` of every rank at once, split by participant; the job-wide facts (send/recv counts, step
     lengths) with the first."""
-    comm = comm_part(spans, options)
+    comm = comm_part(spans, options, inputs=inputs)
     calls, p2p, windows = _by(comm.calls, "who"), _by(comm.p2p, "who"), _by(comm.windows, "who")
     first = next(iter(files))
     return {rank: CommPart(calls.get(rank, comm.calls.clear()),
@@ -171,8 +173,9 @@ def comm_together(spans: pl.DataFrame, options: Options, files: dict[int, Given]
             for rank in files}
 
 
-def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None, step_regex: str | None = None) -> CommPart:
-    """``comm_part`` of ``spans``; ``windows``: the participants' traced windows
+def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None, step_regex: str | None = None,
+            pieces: pl.DataFrame | None = None) -> CommPart:
+    """``comm_part`` of ``spans`` (``pieces``: its idle account); ``windows``: the participants' traced windows
     (``collectives.participant_windows``), when ``spans`` holds only a bigger table's ``comm_rows``: the
     arrivals' windows are then left empty (what a rank did before an arrival is not among those rows)."""
     ranges = comm_ranges(spans)  # read once for both: a regex over every CPU range of the file
@@ -180,7 +183,7 @@ def comm_of(spans: pl.DataFrame, windows: pl.DataFrame | None = None, step_regex
     p2p = p2p_part(spans, ranges)
     if windows is not None:
         return CommPart(calls, facts, p2p)
-    return CommPart(calls, facts, p2p, arrival_windows(spans, calls, p2p, step_regex))
+    return CommPart(calls, facts, p2p, arrival_windows(spans, calls, p2p, step_regex, pieces))
 
 
 def comm_rows(spans: pl.LazyFrame) -> pl.DataFrame:
@@ -288,7 +291,7 @@ ANALYSES: dict[str, Analysis] = {
     "lanes": Analysis(lanes_part, together=lanes_together),
     "stages": Analysis(stages_part, together=stages_together),
     "serving": Analysis(serving_part, together=serving_together),  # its interference and segments
-    "comm": Analysis(comm_part, together=comm_together),
+    "comm": Analysis(comm_part, ("inputs",), comm_together),
     "gpu": Analysis(breakdown_part, ("inputs",), breakdown_together),
     "strips": Analysis(strips_part, ("inputs",), strips_together),
     "critical": Analysis(critical_path_part, ("inputs",), critical_together),

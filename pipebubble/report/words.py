@@ -34,6 +34,10 @@ LATE_CAUSES = {
     "host_ops": "host operators and launches",
     "host_idle": "untraced host time",
     "comm": "waiting for another rank",
+    "blocking_copy": "blocking copies",
+    "allocator": "the allocator",
+    "startup": "start-up",
+    "dependency": "its GPU's own dependencies",
     "unknown": "no cause its trace shows",
 }
 

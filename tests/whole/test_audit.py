@@ -388,18 +388,17 @@ def test_torchrun_late_process_and_what_the_other_waits():
     assert "process 145" in f.title and f.evidence["worth_ns_per_step"] == [late["pid145/gpu1"][1]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torchrun: the late process's cause is said to be untraced host time (9.6 of 10.9 ms). Between each "
-    "send/recv it arrives last to and the one before, process 145's GPU idles 10.4 ms more than process 144's, "
-    "8.2 ms of it after cudaStreamSynchronize (the refill; the idle account's sync_stall) and 3.4 ms in host "
-    "operators; on the host timeline 145 spends 8.8 ms more in operators and only 2.2 ms more in untraced "
-    "time. Root causes do not read the idle account yet"))
 def test_torchrun_late_process_cause_is_what_its_gpu_waited_for():
-    assert found("torchrun_nsys", "late_rank").cause != "host_idle"
+    """torchrun: between each send/recv process 145 arrives last to and the one before, its GPU idles 10.4 ms
+    more than process 144's, 8.2 ms of it after cudaStreamSynchronize (the refill: the idle account's
+    sync_stall); the root cause reads the GPU's idle from the account, so the late process is late for its
+    syncs (it said 'untraced host time' before the root causes read the account)."""
+    f = found("torchrun_nsys", "late_rank")
+    assert f.cause == "sync" and "synchronize" in f.title
 
 
 def test_torchrun_late_process_waits_after_its_syncs():
-    """The raw events behind the xfail above: before the calls process 145 arrives last to, its GPU idles
+    """The raw events behind the test above: before the calls process 145 arrives last to, its GPU idles
     ~10.4 ms more than process 144's, most of it after cudaStreamSynchronize; its host's untraced time is not
     its largest excess (operators are)."""
     pairs = A.comm_pairs(raw("torchrun_nsys"), within_ns=100_000)

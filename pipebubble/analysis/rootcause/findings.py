@@ -33,13 +33,20 @@ WORDS = {
                     "prefetching, or move the input work off its critical path"),
     "gpu_compute": ("computes longer on its GPU before the collectives",
                     "look for uneven work on {who} (batch shapes, routing) or a slower or throttled GPU"),
-    "sync": ("waits longer in synchronize calls", "remove {who}'s host syncs before the collective "
-             "(.item(), .cpu(), torch.cuda.synchronize)"),
+    "sync": ("waits longer in synchronize calls (and the GPU's refill after them)",
+             "remove {who}'s host syncs before the collective (.item(), .cpu(), torch.cuda.synchronize)"),
     "host_ops": ("spends longer in host operators and launches",
                  "cut {who}'s host overhead (CUDA graphs, torch.compile, fewer small kernels)"),
     "host_idle": ("spends longer in untraced host time", "profile {who}'s Python (py-spy) or add "
                   "record_function ranges to see it"),
     "comm": ("is held waiting for another rank", "fix what holds the rank it waits for"),
+    "blocking_copy": ("waits longer in blocking copies (its GPU idles meanwhile)",
+                      "copy from pinned memory with non_blocking=True on {who}"),
+    "allocator": ("waits longer in the allocator (cudaMalloc / cudaFree)",
+                  "keep {who}'s caching allocator warm (no empty_cache(), steady shapes)"),
+    "startup": ("is still starting up (code loading, first launches)", "profile steady steps of {who}"),
+    "dependency": ("waits longer on its own GPU's dependencies (events, other streams)",
+                   "look at what {who}'s streams wait for before the collectives"),
     "unknown": ("is late for no cause its trace shows", "compare {who}'s trace with a peer's"),
 }
 

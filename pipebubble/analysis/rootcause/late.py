@@ -8,7 +8,8 @@ matched call of the same group in the step (which released every member together
 start, clipped to [0, lateness]: how late r entered the step (the delay lies before it, or before the
 profiled window); ``inside`` = lateness − entered, given to the class r spent most more time in than its
 peers' median over their windows (``CAUSES``): on a GPU rank, its GPU's compute, exposed communication or
-idle (the idle then split by what its host did: data loader, synchronize, other operators, nothing traced);
+idle (the idle then split by the idle account's cause: a sync stall, a blocking copy, host operators, Python
+or untraced time ...; where a file has no account, by what its host did);
 on a CPU rank, its host classes directly. ``comm`` (a window opened later than the peers', or more time
 spun in communication inside it): r itself was held by communication (``chain`` follows it).
 
@@ -22,11 +23,16 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.intervals import ENGINE
-from pipebubble.analysis.rootcause.part import CLASSES, HOST_CLASSES
+from pipebubble.analysis.rootcause.part import CLASSES, HOST_CLASSES, IDLE_CLASSES
 
-#: What an inside lateness is given to, by the class whose excess over the peers' median is largest.
+#: What an inside lateness is given to, by the class whose excess over the peers' median is largest; a GPU's
+#: idle by the idle account's cause.
 CAUSES = {"compute": "gpu_compute", "comm": "comm", "loader": "data_loader", "sync": "sync",
-          "host_ops": "host_ops", "host_idle": "host_idle"}
+          "host_ops": "host_ops", "host_idle": "host_idle",
+          "idle_sync_stall": "sync", "idle_blocking_copy": "blocking_copy", "idle_allocator": "allocator",
+          "idle_startup": "startup", "idle_cpu_ops": "host_ops", "idle_launch": "host_ops",
+          "idle_python": "host_idle", "idle_peer": "comm", "idle_data_loader": "data_loader",
+          "idle_dependency": "dependency", "idle_unknown": "unknown"}
 PER_CALL = ["group", "kind", "call"]
 
 
@@ -81,10 +87,12 @@ def cause_of() -> pl.Expr:
         return best, name
 
     gpu_best, gpu_name = argmax(("compute", "comm", "idle"))
+    idle_best, idle_name = argmax(IDLE_CLASSES)
     host_best, host_name = argmax(HOST_CLASSES)
     cpu_best, cpu_name = argmax(("comm", *HOST_CLASSES))
-    on_gpu = pl.when(gpu_best <= 0).then(pl.lit("unknown")).when(gpu_name == "idle").then(
-        pl.when(host_best > 0).then(host_name).otherwise(pl.lit("host_idle"))).otherwise(gpu_name)
+    # The GPU's idle excess: the account's cause with the most of it, else (no account) the host's class.
+    idle = pl.when(idle_best > 0).then(idle_name).when(host_best > 0).then(host_name).otherwise(pl.lit("host_idle"))
+    on_gpu = pl.when(gpu_best <= 0).then(pl.lit("unknown")).when(gpu_name == "idle").then(idle).otherwise(gpu_name)
     on_cpu = pl.when(cpu_best <= 0).then(pl.lit("unknown")).otherwise(cpu_name)
     return pl.when(pl.col("gpu")).then(on_gpu).otherwise(on_cpu)
 

@@ -12,6 +12,8 @@ take the difference between any two of them (from a sync point it chooses to an 
   not under compute), ``idle`` (the rest); on a CPU-only participant ``comm`` is its CPU communication ranges.
 - host (every thread of the participant): ``loader`` (data-loader ranges), ``sync`` (synchronize calls not
   inside one), ``host_ops`` (other operators and runtime calls), ``host_idle`` (the rest).
+- the GPU's idle by the idle account's cause (``idle_<cause>``, ``report.idle.CAUSES``: the pieces the
+  breakdown sums), so a late rank whose GPU idled more is late for the reason the account gives that idle.
 
 One row per arrival (``SCHEMA``): as many as the file's collective calls and send/recv operations, never
 one per kernel. Times the clock offset must shift: ``origin``, ``arrival``, ``end``.
@@ -24,6 +26,7 @@ import polars as pl
 from pipebubble.analysis.breakdown.rows import steps_of
 from pipebubble.analysis.comm.collectives import participant
 from pipebubble.analysis.intervals import ENGINE, merge_each
+from pipebubble.report.idle import CAUSES
 from pipebubble.spans import GPU_WORK, HOST_WORK
 
 #: torch.utils.data's record_function names for fetching a batch
@@ -31,7 +34,8 @@ from pipebubble.spans import GPU_WORK, HOST_WORK
 LOADER = r"^enumerate\(DataLoader\)#|DataLoaderIter\.__next__"
 GPU_CLASSES = ("compute", "comm", "idle")
 HOST_CLASSES = ("loader", "sync", "host_ops", "host_idle")
-CLASSES = GPU_CLASSES + HOST_CLASSES
+IDLE_CLASSES = tuple(f"idle_{c}" for c in CAUSES)
+CLASSES = GPU_CLASSES + HOST_CLASSES + IDLE_CLASSES
 SCHEMA = {"who": pl.Int64, "step": pl.Int64, "kind": pl.String, "seq": pl.Int64, "peer": pl.Int64,
           "origin": pl.Int64, "arrival": pl.Int64, "end": pl.Int64, "gpu": pl.Boolean,
           **{f"{at}_{c}": pl.Int64 for at in ("a", "e") for c in CLASSES}}
@@ -43,17 +47,39 @@ def empty() -> pl.DataFrame:
 
 
 def windows(spans: pl.DataFrame, calls: pl.DataFrame, p2p: pl.DataFrame | None = None,
-            step_regex: str | None = None) -> pl.DataFrame:
+            step_regex: str | None = None, pieces: pl.DataFrame | None = None) -> pl.DataFrame:
     """Map: one row per arrival of ``calls`` (``collective_part``'s, window rows included) and ``p2p``
     (``p2p_part``'s) with its window and the time in each class there (``SCHEMA``). ``spans`` may hold
-    several ranks (a batch of rank files): everything is per participant."""
+    several ranks (a batch of rank files): everything is per participant. ``pieces``: the table's idle
+    account (``idle.idle_account``), whose causes split the GPU's idle."""
     events = arrivals(calls, p2p)
     if events.is_empty() or spans.is_empty():
         return empty()
     first = calls.lazy().filter(pl.col("kind").is_null()).select("who", first=pl.col("start"))
     framed = _framed(events, _steps(spans, step_regex), first)
-    out = _classified(framed, _unions(spans)).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+    unions = pl.concat([_unions(spans), _idle_unions(spans, pieces)], how="vertical_relaxed")
+    out = _classified(framed, unions).select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
     return out.collect(engine=ENGINE)
+
+
+def _idle_unions(spans: pl.DataFrame, pieces: pl.DataFrame | None) -> pl.DataFrame:
+    """who, cls, start, end, before: each participant's GPU idle by the account's cause (``idle_<cause>``),
+    merged over its GPUs, with the union's length before each interval."""
+    schema = {"who": pl.Int64, "cls": pl.String, "start": pl.Int64, "end": pl.Int64, "before": pl.Int64}
+    if pieces is None or pieces.is_empty():
+        return pl.DataFrame(schema=schema)
+    whos = spans.lazy().filter(pl.col("device").is_not_null()).select("lane", who=participant()).unique("lane")
+    tagged = pieces.lazy().join(whos, on="lane").select("who", "start", "end", cls="idle_" + pl.col("cause"))
+    # One query: the pieces of a participant's GPUs merged per cause (the sweep of ``intervals.merge``), and
+    # each interval's union length before it.
+    by = ["who", "cls"]
+    swept = tagged.sort(*by, "start").with_columns(reach=pl.col("end").cum_max().over(by))
+    opens = (pl.col("start") > pl.col("reach").shift(1).over(by)).fill_null(True)
+    merged = swept.with_columns(piece=opens.cum_sum()).group_by(*by, "piece").agg(
+        pl.col("start").min(), pl.col("reach").max().alias("end")).sort(*by, "start")
+    length = pl.col("end") - pl.col("start")
+    out = merged.with_columns(before=(length.cum_sum() - length).over(by)).select(list(schema))
+    return out.collect(engine=ENGINE).cast(schema)
 
 
 def arrivals(calls: pl.DataFrame, p2p: pl.DataFrame | None) -> pl.DataFrame:
@@ -194,5 +220,6 @@ def _classes(columns: list[str], to: str, prefix: str) -> dict[str, pl.Expr]:
         "compute": union("compute"), "comm": comm, "idle": pl.when("gpu").then(window - union("busy")).otherwise(0),
         "loader": union("loader"), "sync": union("blocked") - union("loader"),
         "host_ops": union("host") - union("blocked"), "host_idle": window - union("host"),
+        **{c: union(c) for c in IDLE_CLASSES},
     }
     return {f"{prefix}_{c}": e for c, e in classes.items()}
