@@ -68,6 +68,22 @@ NVSHMEM_KERNELS = r"^(void )?nvshmem[ix]?_"
 COMM_KERNELS = "(?i)" + "|".join((NCCL_KERNELS, DEEPEP_KERNELS, NVSHMEM_KERNELS))
 COLLECTIVE_RANGES = r"^(gloo|nccl|mpi|ucc):"
 COMM_NAMES = "(?i)" + "|".join((COLLECTIVE_RANGES, r"^c10d::", "record_param_comms", r"^PP:\d+(SEND|RECV)_"))
+#: The name of a duration event whose arguments give its micro-batch and model chunk (a ``B``/``E`` pair's merged),
+#: as Megatron's MegaScan tracer writes them (``forward`` with ``{"microbatch": 3, "model_chunk": 1}``) and its
+#: step timers (``forward-compute`` with ``{"mb_id": 3, "model_chunk": 1}``): ``args_label`` writes it at ingest,
+#: the pipeline's labels read it back (``ARGS_LABEL``'s groups: phase, mb, chunk).
+ARGS_LABEL = r"^(?P<phase>[^()]+) \(microbatch (?P<mb>\d+)(?:, model_chunk (?P<chunk>\d+))?\)$"
+
+
+def args_label(name: str | None, microbatch: int | None, chunk: int | None) -> str | None:
+    """``name`` as ``ARGS_LABEL`` spells a pass of ``microbatch`` (and ``chunk``); ``name`` itself without a
+    micro-batch."""
+    if microbatch is None or name is None:
+        return name
+    return f"{name} (microbatch {microbatch})" if chunk is None else (
+        f"{name} (microbatch {microbatch}, model_chunk {chunk})")
+
+
 #: Operators of a backward pass (autograd's engine runs them), for inferring passes without labels.
 BACKWARD_NAMES = r"(?i)backward|autograd::engine"
 

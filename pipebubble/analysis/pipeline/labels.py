@@ -7,13 +7,20 @@ and Schedule1F1B, torchtitan's), zero-bubble NVTX ``F{mb}``, ``F{mb}.{chunk}`` a
 common spellings of a pass and its micro-batch (``PHASE_MB``: ``forward-mb3``, ``forward_microbatch_3``,
 ``backward_weight_mb3``, ``fwd_3``, ``wgrad_3`` ...; full words need a micro-batch word, as ``forward_3`` is as
 often a loop's iteration), Megatron ``forward-compute`` / ``backward-compute`` (numbered by order in each
-ProfilerStep), DualPipe's per-layer parts (below), or ``--microbatch-regex`` with named groups ``phase``, ``mb``
-and optionally ``chunk``. DeepSpeed's ranges (``DeepSpeedEngine.forward``) are the same with or without a
-pipeline, so they are no labels. Where no range matches it, a custom regex matches work spans (CPU operators, kernels)
-that are passes themselves, such as ``F_{stage},{mb}`` ops on one thread per stage: such a span is its own
-label. A span belongs to the innermost label whose range holds its start (CPU work) or the start of the runtime
-call that launched it (GPU work, joined on the launch's correlation id); a kernel that is a label labels itself
-(and whatever else its stream runs inside it).
+ProfilerStep; where their args give ``mb_id``, as ingest names them below), passes whose args name their
+micro-batch and model chunk (``trace_args``: ingest names them ``forward (microbatch 3, model_chunk 1)``, from
+MegaScan's B/E pairs or Megatron's step timers; of any kind), DualPipe's per-layer parts (below), or
+``--microbatch-regex`` with named groups ``phase``, ``mb`` and optionally ``chunk``. DeepSpeed's ranges
+(``DeepSpeedEngine.forward``) are the same with or without a pipeline, so they are no labels. Where no range
+matches it, a custom regex matches work spans (CPU operators, kernels) that are passes themselves: such a span
+is its own label. PiPPy's pipeline visualiser writes its passes so, ``F_{stage},{mb}`` / ``B_{stage},{mb}`` /
+``W_{stage},{mb}`` on one thread per stage: that built-in pattern (``WORK_PATTERNS``) reads ranges and work
+spans alike, and its label names the stage (``STAGE_PATTERNS``: ``stages.assign`` makes each thread the stage
+its labels name). torch.distributed.pipelining's other actions (torchtitan's ``PP:{stage}SEND_F{mb}``,
+``RECV_B{mb}``, ``UNSHARD`` ...) are no passes: ``work.COMM_ACTIONS``. A span belongs to the innermost label
+whose range holds its start (CPU work) or the start of the runtime call that launched it (GPU work, joined on
+the launch's correlation id); a kernel that is a label labels itself (and whatever else its stream runs inside
+it).
 
 DualPipe (DeepSeek-V3; deepseek-ai/profile-data's training trace, Megatron-core's overlapped MoE schedule)
 labels each layer's part of a pass, ``attn(F)``, ``mlp(B)``, ``mlp(W)``, ``dispatch(F)``, ``combine(B)`` ... in
@@ -35,7 +42,7 @@ import polars as pl
 from pipebubble.analysis.intervals import ENGINE, engine_for, top_level
 from pipebubble.analysis.launches import EVENT_KEY, with_launch
 from pipebubble.options import check_regex
-from pipebubble.spans import CPU_WORK, GPU_WORK
+from pipebubble.spans import ARGS_LABEL, CPU_WORK, GPU_WORK
 
 _SEP = r"[-_ ]?"
 #: A pass word, an optional ``step``, a micro-batch word and the number (``forward-mb3``, ``forward_step_mb3``,
@@ -48,7 +55,9 @@ PHASE_MB = (
 #: (name, regex); groups: phase letter or word, mb, chunk (a virtual stage id or chunk index), part (the part
 #: of a pass a label names, when labels name parts).
 LABEL_PATTERNS = (
+    ("trace_args", ARGS_LABEL),
     ("torch_pipelining", r"^PP:(?P<chunk>\d+)(?P<phase>[FBIW])(?P<mb>\d+)$"),
+    ("pippy", r"^(?P<phase>[FBW])_(?P<stage>\d+),(?P<mb>\d+)$"),
     ("gpipe", r"^(?P<phase>Forward|Backward) (?P<mb>\d+)$"),
     ("zero_bubble", r"^(?P<phase>[FBW])(?P<mb>\d+)(?:\.(?P<chunk>\d+)(?:\.(?P<seq>\d+))?)?$"),
     ("phase_mb", PHASE_MB),
@@ -69,9 +78,18 @@ PHASES = {
     "wgrad": "weight",
     "backward_input": "backward",
     "backward_weight": "weight",
+    "forward_compute": "forward",  # Megatron's step timers
+    "backward_compute": "backward",
 }
 #: Kinds a custom regex finds passes among where no annotation matches it: work spans that are passes.
 PASS_KINDS = tuple(dict.fromkeys(CPU_WORK + GPU_WORK))
+#: Built-in patterns whose names are passes themselves wherever they appear: PiPPy's visualiser writes
+#: ``F_{stage},{mb}`` as the work spans of one thread per stage, and no other code spells a span so.
+#: ``trace_args``: a B/E pair whose arguments name its micro-batch (MegaScan's ``forward``/``backward``) is named
+#: so at ingest (``spans.args_label``), whatever its kind.
+WORK_PATTERNS = ("pippy", "trace_args")
+#: Built-in patterns that name the stage a pass runs on (group ``stage``): the stage is the label's.
+STAGE_PATTERNS = ("pippy",)
 #: ``key``: the thread lane of a CPU label, ``lane#stream`` of a GPU one (a kernel labels its own stream).
 LABEL_COLUMNS = ["rank", "pid", "tid", "lane", "key", "device", "stream", "start", "end", "phase", "microbatch",
                  "chunk"]
@@ -104,12 +122,19 @@ def _chosen(spans: pl.DataFrame, microbatch_regex: str | None,
 def _candidates(microbatch_regex: str | None) -> list[tuple[str, str, pl.Expr]]:
     """(name, regex, the spans it looks among) of each label pattern, in the order they are tried: a custom
     regex first, among annotations (``custom``) then among work spans (``custom:work``)."""
-    candidates = [(name, regex, pl.col("kind") == "annotation") for name, regex in LABEL_PATTERNS]
+    candidates = [(name, regex, _among(name)) for name, regex in LABEL_PATTERNS]
     if microbatch_regex:
         check_regex(microbatch_regex)
         candidates[:0] = [("custom", microbatch_regex, pl.col("kind") == "annotation"),
                           ("custom:work", microbatch_regex, pl.col("kind").is_in(PASS_KINDS))]
     return candidates
+
+
+def _among(pattern: str) -> pl.Expr:
+    """The spans a built-in pattern looks among: ranges, and for ``WORK_PATTERNS`` work spans too."""
+    if pattern in WORK_PATTERNS:
+        return pl.col("kind").is_in(("annotation", *PASS_KINDS))
+    return pl.col("kind") == "annotation"
 
 
 def label_names(spans: pl.DataFrame | pl.LazyFrame, columns: list[str | pl.Expr],
@@ -248,7 +273,8 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
     launch call's start (GPU work); a kernel on a labelled stretch of its own stream (a kernel label) takes
     that label first. Spans under no label get null phase. ``launched`` is that CPU instant (null for GPU work
     without its launch); ``context`` names the top-level CPU operator that launched GPU work (the span's own
-    name for CPU work), for inferring passes without labels. One query."""
+    name for CPU work), for inferring passes without labels; ``launch_lane`` the thread of that instant. One
+    query."""
     spans, found = spans.lazy(), found.lazy()
     keyed = with_launch(work.lazy(), spans, key=EVENT_KEY)
     on_gpu = pl.col("device").is_not_null()
@@ -265,6 +291,7 @@ def attribute(work: pl.DataFrame, spans: pl.DataFrame, found: pl.DataFrame) -> p
     take = pl.col("gpu_in").fill_null(False)
     return joined.with_columns(
         launched=pl.col("at"),
+        launch_lane=pl.col("at_lane"),
         phase=pl.when(take).then("gpu_phase").when(pl.col("cpu_in").fill_null(False)).then("cpu_phase"),
         microbatch=pl.when(take).then("gpu_mb").when(pl.col("cpu_in").fill_null(False)).then("cpu_mb"),
         chunk=pl.when(take).then("gpu_chunk").when(pl.col("cpu_in").fill_null(False)).then("cpu_chunk"),

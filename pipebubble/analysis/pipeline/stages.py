@@ -4,8 +4,11 @@ A folder of per-rank traces gives one stage per rank in rank order (``--pp-size`
 Megatron-style layouts where only some ranks differ in pipeline rank); one file holding several GPU
 processes (Nsight) gives one stage per GPU in device order; ``--stage-by`` and ``--stage NAME=REGEX`` (on lane
 ids) override; a rank's pipeline process group (Kineto ``distributedInfo.pg_config``) gives its stage
-directly. ``--stage-by thread`` makes each CPU thread that runs a stage's work a stage (one thread per stage,
-in one process or several), and GPU work follows the thread that launched it. Which span is which
+directly; one file of several CPU processes that each hold micro-batch labels (MegaScan's merged trace) gives
+one stage per process in pid order; threads named for their pipeline rank (Megatron's step timers) are that
+stage. ``--stage-by thread`` makes each CPU thread that runs a stage's work a stage (one thread per stage,
+in one process or several), and GPU work follows the thread that launched it. Labels that name their stage
+(PiPPy's ``F_{stage},{mb}``) make each thread holding them that stage with no flag. Which span is which
 micro-batch pass is ``labels.py``'s.
 """
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipebubble.analysis.launches import with_launch
-from pipebubble.analysis.pipeline.labels import label_spans
+from pipebubble.analysis.pipeline.labels import STAGE_PATTERNS, label_spans
 from pipebubble.errors import StageSpecError
 from pipebubble.options import RANK_ORDERS, STAGE_BY, StageOptions, check_regex
 from pipebubble.spans import CPU_WORK
@@ -46,11 +49,18 @@ def assign(
         by_group = _by_pipeline_group(spans, groups or [])
         if by_group is not None:
             return by_group
-    method = options.stage_by or _default_method(spans)
+        by_name = _by_named_rank(spans)
+        if by_name is not None:
+            return by_name
+    method = options.stage_by or _default_method(spans, options.microbatch_regex)
     if method == "rank" and options.pp_size:
         return _by_pipeline_rank(spans, options.pp_size, options.rank_order, world)
     if method == "thread":
         return _by_thread(spans, options.microbatch_regex)
+    if not options.stage_by and not options.pp_size and spans["rank"].n_unique() == 1:
+        by_label = _by_label_stage(spans, options.microbatch_regex)
+        if by_label is not None:
+            return by_label
     keys = {
         "rank": ["rank"],
         "process": ["rank", "pid"],
@@ -64,11 +74,44 @@ def assign(
     return _by_keys(spans, keys, method)
 
 
-def _default_method(spans: pl.DataFrame) -> str:
+def _by_named_rank(spans: pl.DataFrame) -> StageMap | None:
+    """Threads named for their pipeline rank (ingest fills ``stage`` from Megatron's step-timer thread names,
+    ``PP rank {p}, TP rank {t}, ...``): stage p. A job's trace holds every data-parallel replica (a process
+    each): the pipeline analysed is the first replica's (the lowest rank, then pid, holding stage 0); the
+    other replicas' spans belong to no stage. None where no span names its stage."""
+    if spans["stage"].null_count() == spans.height:
+        return None
+    named = spans.filter(pl.col("stage").is_not_null())
+    lowest = named.filter(pl.col("stage") == pl.col("stage").min())
+    first = lowest.sort("rank", "pid", nulls_last=True).row(0, named=True)
+    replica = (pl.col("rank").eq_missing(first["rank"])) & (pl.col("pid") == first["pid"])
+    frame = spans.with_columns(stage=pl.when(replica).then("stage").cast(pl.Int32))
+    stages = sorted(frame["stage"].drop_nulls().unique().to_list())
+    if stages != list(range(len(stages))):  # stages numbered from 0 in pipeline order
+        frame = frame.with_columns(pl.col("stage").replace_strict(stages, range(len(stages)), default=None,
+                                                                  return_dtype=pl.Int32))
+    names = [f"pp{s}" for s in stages]
+    return StageMap(frame, names, "thread names (PP rank)", [(s,) for s in stages])
+
+
+def _default_method(spans: pl.DataFrame, microbatch_regex: str | None = None) -> str:
     if spans["rank"].n_unique() > 1:
         return "rank"
     gpu = spans.filter(pl.col("device").is_not_null()).select("pid", "device").unique()
-    return "device" if gpu.height > 1 else "rank"
+    if gpu.height > 1:
+        return "device"
+    if not gpu.height and _labelled_processes(spans, microbatch_regex) > 1:
+        return "process"
+    return "rank"
+
+
+def _labelled_processes(spans: pl.DataFrame, microbatch_regex: str | None) -> int:
+    """How many processes of a file without GPU work hold micro-batch labels: several are one stage each
+    (MegaScan merges a job's pipeline ranks into one trace, ``pid`` = PP rank), in pid order."""
+    if spans["pid"].n_unique() < 2:
+        return 0
+    found, _, _ = label_spans(spans, microbatch_regex)
+    return found["pid"].n_unique()
 
 
 def _by_keys(spans: pl.DataFrame, keys: list[str], method: str, by: list[str] | None = None) -> StageMap:
@@ -109,15 +152,58 @@ def _by_thread(spans: pl.DataFrame, microbatch_regex: str | None = None) -> Stag
     ``labels.attribute`` joins it): the converse of ``--stage-by device``, where threads follow their kernels."""
     launched = _launching_threads(spans)
     threads = _stage_threads(spans, launched, microbatch_regex)
-    stage_of = threads.select("lane", "stage")
+    rows = threads.select("rank", "first", "pid", "tid").rows()
+    names = [_thread_name(r, p, t) for r, _, p, t in rows]
+    order = [((r is None, r or 0), first, p or 0, t or 0) for r, first, p, t in rows]
+    return StageMap(_follow_threads(spans, launched, threads.select("lane", "stage")), names, "thread", order)
+
+
+def _thread_name(rank: int | None, pid: int | None, tid: int | None) -> str:
+    return (f"rank{rank}/" if rank is not None else "") + f"pid{pid}/tid{tid}"
+
+
+def _follow_threads(spans: pl.DataFrame, launched: pl.DataFrame, stage_of: pl.DataFrame) -> pl.DataFrame:
+    """``spans`` with each CPU thread's ``stage`` from ``stage_of`` (lane, stage) and GPU work the stage of the
+    thread that launched it (``launched``: ``_launching_threads``)."""
     on_cpu = pl.col("device").is_null() & pl.col("tid").is_not_null()
     host = spans.filter(on_cpu).drop("stage").join(stage_of, on="lane", how="left")
     kernels = launched.join(stage_of, on="lane").select(*_GPU_ID, "stage")
     gpu = spans.filter(~on_cpu).drop("stage").join(kernels, on=_GPU_ID, how="left", nulls_equal=True)
-    rows = threads.select("rank", "first", "pid", "tid").rows()
-    names = [(f"rank{r}/" if r is not None else "") + f"pid{p}/tid{t}" for r, _, p, t in rows]
-    order = [((r is None, r or 0), first, p or 0, t or 0) for r, first, p, t in rows]
-    return StageMap(pl.concat([host.select(spans.columns), gpu.select(spans.columns)]), names, "thread", order)
+    return pl.concat([host.select(spans.columns), gpu.select(spans.columns)])
+
+
+def _by_label_stage(spans: pl.DataFrame, microbatch_regex: str | None = None) -> StageMap | None:
+    """Labels that name their stage (``labels.STAGE_PATTERNS``: PiPPy's ``F_{stage},{mb}``): each thread
+    holding such labels (or launching labelled kernels) is the stage its labels name (the most common, where
+    they differ), stages in the labels' order and named by their threads; GPU work follows the thread that
+    launched it, as under ``--stage-by thread``. None where the labels found name no stage."""
+    found, pattern, regex = label_spans(spans, microbatch_regex)
+    if pattern not in STAGE_PATTERNS:
+        return None
+    launched = _launching_threads(spans)
+    named = found.with_columns(
+        label_stage=pl.col("name").str.extract(regex, re.compile(regex).groupindex["stage"]).cast(pl.Int32)
+    )
+    kernels = named.filter(pl.col("device").is_not_null()).select(*_GPU_ID, "label_stage")
+    marks = pl.concat([
+        named.filter(pl.col("device").is_null()).select("lane", "label_stage", "start"),
+        launched.join(kernels, on=_GPU_ID, nulls_equal=True).select("lane", "label_stage", start="launch_start"),
+    ])
+    cpu = spans.filter(pl.col("device").is_null() & pl.col("tid").is_not_null())
+    threads = (
+        marks.group_by("lane").agg(pl.col("label_stage").mode().min(), first=pl.col("start").min())
+        .join(cpu.group_by("lane").agg(pl.col("rank", "pid", "tid").first()), on="lane")
+        .with_columns(stage=pl.col("label_stage").rank("dense").cast(pl.Int32) - 1)
+        .sort("stage", "first")
+    )
+    if threads.is_empty():
+        return None
+    names, order = [], []
+    for _, rows in threads.group_by("stage", maintain_order=True):
+        names.append(",".join(_thread_name(r, p, t) for r, p, t in rows.select("rank", "pid", "tid").rows()))
+        order.append((rows["label_stage"][0],))
+    mapped = _follow_threads(spans, launched, threads.select("lane", "stage"))
+    return StageMap(mapped, names, f"labels ({pattern})", order)
 
 
 def _stage_threads(spans: pl.DataFrame, launched: pl.DataFrame, microbatch_regex: str | None) -> pl.DataFrame:

@@ -20,6 +20,10 @@ WORK_SCHEMA = {"stage": pl.Int32, "lane": pl.String, "role": pl.String, "start":
                "phase": pl.String, "microbatch": pl.Int32, "chunk": pl.Int32, "step": pl.Int32}
 WORK_COLUMNS = list(WORK_SCHEMA)
 LABEL_KEYS = ["stage", "lane", "role", "phase", "microbatch", "chunk", "step"]
+#: torch.distributed.pipelining's actions that move data rather than compute (torchtitan's traces):
+#: ``PP:{stage}SEND_F{mb}``, ``RECV_F``, ``SEND_B``, ``RECV_B`` (the hand-offs between stages) and FSDP's
+#: ``PP:{stage}UNSHARD`` / ``RESHARD`` (parameters gathered before a stage's passes and freed after them).
+COMM_ACTIONS = r"^PP:\d+(?:SEND_|RECV_|UNSHARD|RESHARD)"
 OTHER_RANGES = r"^Optimizer\.|zero_grad|^ProfilerStep#"
 
 
@@ -48,11 +52,33 @@ def labelled_work(
         .then(pl.lit("comm"))
         .otherwise(pl.lit("compute"))
     )
-    work = attribute(work, spans, found)
+    work = _in_comm_actions(attribute(work, spans, found), spans)
     work = infer_microbatches(work, spans) if pattern is None else _steps_of(work, spans, apart)
     # Spans of one pass that overlap or touch become one interval: every union taken later is unchanged.
     merged = merge(work, LABEL_KEYS).lazy().select(WORK_COLUMNS).sort("stage", "start").collect(engine=ENGINE)
     return merged, pattern, gpu_stages
+
+
+def _in_comm_actions(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """GPU work launched inside a ``COMM_ACTIONS`` range on its thread is communication, whatever it is named
+    (FSDP's copy-out after its all-gather, a send's staging copy). CPU stages keep the rule by name: their
+    ``c10d::``/``gloo:`` calls in such ranges are communication already, and the operators beside them
+    (``aten::detach`` of a received tensor) stay as they were."""
+    ranges = spans.lazy().filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(COMM_ACTIONS))
+    ranges = ranges.select(launch_lane="lane", launched="start", _end="end").collect(engine=ENGINE)
+    if ranges.is_empty():
+        return work
+    inside = (
+        work.lazy().with_row_index("_row")
+        .filter(pl.col("device").is_not_null() & pl.col("launched").is_not_null())
+        .sort("launch_lane", "launched")
+        .join_asof(ranges.lazy().sort("launch_lane", "launched"), on="launched", by="launch_lane",
+                   strategy="backward", check_sortedness=False)
+        .filter(pl.col("launched") < pl.col("_end")).select("_row")
+    )
+    rows = work.lazy().with_row_index("_row").join(inside.with_columns(_comm=pl.lit(True)), on="_row", how="left")
+    role = pl.when(pl.col("_comm").fill_null(False)).then(pl.lit("comm")).otherwise("role")
+    return rows.with_columns(role=role).drop("_row", "_comm").collect(engine=ENGINE)
 
 
 def _steps_of(work: pl.DataFrame, spans: pl.DataFrame, apart: bool) -> pl.DataFrame:

@@ -162,6 +162,8 @@ def _result(
         skipped.update(Counter(dict(reasons.iter_rows())))
         parts.append(paired_spans)
     table = pl.concat(parts, how="vertical") if parts else spans.empty()
+    process_names, thread_names = _names(events) if decoded.phases["M"] else ({}, {})
+    table = _named_stages(table, thread_names)
     memory = allocations.with_running_totals(pl.concat(decoded.memory)) if decoded.memory else None
     spilled = {}
     if spill is not None:
@@ -175,7 +177,6 @@ def _result(
         warnings.append(
             f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
         )
-    process_names, thread_names = _names(events) if decoded.phases["M"] else ({}, {})
     meta = {
         **header,
         "rank": rank,
@@ -226,6 +227,23 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
         if ph not in ("X", *PAIRED_PHASES, MEMORY_PHASE):
             skipped[_NOT_SPANS.get(ph, f"phase {ph!r}")] += n
     return skipped
+
+
+#: A thread named for its pipeline rank, as Megatron's step timers name them (``PP rank 1, TP rank 0, compute``).
+PP_RANK = re.compile(r"(?i)\bPP[ _-]?rank[ _:=]*(\d+)")
+
+
+def _named_stages(table: pl.DataFrame, thread_names: dict[str, str]) -> pl.DataFrame:
+    """``stage``: the pipeline rank a span's thread is named for (``PP_RANK``), where any is; the stage
+    assignment reads it (``analysis.pipeline.stages``)."""
+    named = [(key, int(m.group(1))) for key, name in thread_names.items() if (m := PP_RANK.search(name))]
+    if not named or table.is_empty():
+        return table
+    keys = pl.DataFrame({"_key": [k for k, _ in named], "_stage": [s for _, s in named]},
+                        schema={"_key": pl.String, "_stage": pl.Int32})
+    key = pl.concat_str([pl.col("pid").cast(pl.String), pl.col("tid").cast(pl.String)], separator="/")
+    joined = table.with_columns(_key=key).join(keys, on="_key", how="left", maintain_order="left")
+    return joined.with_columns(stage=pl.coalesce("_stage", "stage")).drop("_key", "_stage")
 
 
 def _names(events: pl.DataFrame) -> tuple[dict[str, str], dict[str, str]]:

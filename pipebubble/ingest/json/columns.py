@@ -106,6 +106,8 @@ def _converted(present: frozenset[str], constants: tuple[tuple[str, Any], ...]) 
         column("external_id"),
         column("correlation"),
         column("arg_name"),
+        column("mb"),
+        column("chunk"),
         pl.coalesce(
             column("skip"),
             pl.when(id_bad).then(pl.lit("id_out_of_range")),
@@ -127,6 +129,8 @@ _COLUMN_TYPES: dict[str, Any] = {
     "external_id": pl.Int64,
     "correlation": pl.Int64,
     "arg_name": pl.String,
+    "mb": pl.Int64,
+    "chunk": pl.Int64,
     "skip": pl.String,
     **dict.fromkeys(MEMORY_FIELDS, pl.Int64),
 }

@@ -32,7 +32,7 @@ from pipebubble.ingest.json.columns import (
     exact_ts,
 )
 from pipebubble.ingest.json.tolerant import decode_tolerant
-from pipebubble.spans import INT64
+from pipebubble.spans import INT64, args_label
 
 __all__ = ["COLUMNS", "BlockError", "BlockEvents", "decode_block"]
 
@@ -48,6 +48,10 @@ COLUMNS = {
     "external_id": pl.Int64,
     "correlation": pl.Int64,
     "arg_name": pl.String,
+    # a duration event's micro-batch (``microbatch``, else ``mb_id``) and ``model_chunk`` arguments (MegaScan
+    # writes them on a B/E pair's E event, Megatron's step timers on X events); null on every other event
+    "mb": pl.Int64,
+    "chunk": pl.Int64,
     "skip": pl.String,
     # an allocator event's (``[memory]`` instant, ph "i") arguments; null on every other event
     **dict.fromkeys(MEMORY_FIELDS, pl.Int64),
@@ -69,6 +73,10 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
     name: str | None = None  # process/thread names in metadata events
+    # a pass's micro-batch and model chunk (MegaScan's B/E pairs; Megatron's step timers: mb_id)
+    microbatch: int | None = None
+    mb_id: int | None = None
+    model_chunk: int | None = None
 
 
 _NO_ARGS = _Args()
@@ -211,6 +219,7 @@ def _decode_fast(block: bytes, lazy: bool = False) -> tuple[pl.DataFrame | pl.La
         phases = +phases
         phases[MEMORY_PHASE] = len(memory)
     columns, dur, n = _fields(xs), [e.dur for e in xs], len(xs)
+    columns["name"] = _labelled(columns)
     constants = {}
     if rest or memory:  # complete events first, then the others, then allocator events
         more, mem = _fields(rest), _fields(memory, with_args=False)
@@ -267,7 +276,18 @@ def _fields(events: list[Any], with_args: bool = True) -> dict[str, list]:
         "ts": [e.ts for e in events],
         "external_id": [a.external_id for a in args] if with_args else none,
         "correlation": [a.correlation for a in args] if with_args else none,
+        "mb": [a.mb_id if a.microbatch is None else a.microbatch for a in args] if with_args else none,
+        "chunk": [a.model_chunk for a in args] if with_args else none,
     }
+
+
+def _labelled(columns: dict[str, list]) -> list:
+    """Complete events' names, those whose args name a micro-batch as ``spans.args_label`` spells them (a B/E
+    pair is named when it is paired, its args merged)."""
+    names, mbs = columns["name"], columns["mb"]
+    if mbs.count(None) == len(mbs):  # most traces: no pass names its micro-batch
+        return names
+    return [args_label(*row) for row in zip(names, mbs, columns["chunk"], strict=True)]
 
 
 def _id_text(value: Any) -> str | None:

@@ -24,6 +24,7 @@ from pipebubble.ingest.json.columns import (
     build_frame,
     exact_ts,
 )
+from pipebubble.spans import args_label
 
 NOT_AN_OBJECT = "<not an object>"
 _NO_VALUE = msgspec.Raw(b"")
@@ -47,6 +48,9 @@ class _LooseArgs(msgspec.Struct, gc=False):
     external_id: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="External id")
     correlation: msgspec.Raw = _NO_VALUE
     name: msgspec.Raw = _NO_VALUE
+    microbatch: msgspec.Raw = _NO_VALUE
+    mb_id: msgspec.Raw = _NO_VALUE
+    model_chunk: msgspec.Raw = _NO_VALUE
 
 
 class _LooseMemoryArgs(msgspec.Struct, gc=False):
@@ -69,7 +73,7 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     """Columns and phase counts of ``block``, whatever the shapes of its values."""
     phases: Counter[str] = Counter()
     fields: dict[str, list] = {k: [] for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id")}
-    fields |= {"external_id": [], "correlation": [], "arg_name": []}
+    fields |= {"external_id": [], "correlation": [], "arg_name": [], "mb": [], "chunk": []}
     memory: list[tuple[int, _LooseMemoryArgs]] = []  # allocator events: (row, arguments)
     texts: list[bytes] = []
     for raw in _ELEMENTS.decode(block):
@@ -101,6 +105,12 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
         fields["external_id"].append(_int(args.external_id))
         fields["correlation"].append(_int(args.correlation))
         fields["arg_name"].append(_string(args.name) if ph not in ("X", "i") else None)
+        passes = ph in ("X", "B", "E", "b", "e")
+        mb = _int(args.microbatch)
+        fields["mb"].append((_int(args.mb_id) if mb is None else mb) if passes else None)
+        fields["chunk"].append(_int(args.model_chunk) if passes else None)
+        if ph == "X":  # a pair is named when it is paired, its args merged
+            fields["name"][-1] = args_label(fields["name"][-1], fields["mb"][-1], fields["chunk"][-1])
     fields |= _memory_columns(memory, len(texts))
     frame = build_frame(fields)
     if frame["big"].any():
