@@ -211,10 +211,28 @@ def _jaeger_read(path: Path, where: Where) -> FileResult:
     return jaeger.read(path)
 
 
+# --- Perfetto protobuf (pipebubble's export, PyTorch's profiler, the Perfetto SDK) ---
+
+
+def _pftrace_claims(path: Path) -> bool:
+    if not path.is_file() or path.name.lower().endswith(JSON_SUFFIXES + NSYS_SUFFIXES):
+        return False
+    from pipebubble.ingest import pftrace
+
+    return pftrace.sniff(path)
+
+
+def _pftrace_read(path: Path, where: Where) -> FileResult:
+    from pipebubble.ingest import pftrace
+
+    return pftrace.read(path, where.position)
+
+
 READERS = (
     Reader("nsys", NSYS_SUFFIXES, _nsys_claims, _nsys_read, _nsys_writes),
     Reader("otlp", JSON_SUFFIXES, _otlp_claims, _otlp_read, lambda path: False),
     Reader("jaeger", JSON_SUFFIXES, _jaeger_claims, _jaeger_read, lambda path: False),
+    Reader("perfetto", (".pftrace", ".perfetto-trace"), _pftrace_claims, _pftrace_read, lambda path: False),
     # Last: whatever no other reader claims is read as JSON (its errors say what a JSON trace needs).
     Reader("json", JSON_SUFFIXES, lambda path: True, _json_read, _json_writes, _json_spills, _json_splits),
 )
