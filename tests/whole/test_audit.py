@@ -338,13 +338,11 @@ def test_mi250_second_step_is_a_stub():
     assert rows[2]["window_ns"] == rows[2]["idle_ns"] == 49_073 and rows[1]["window_ns"] == 9_288_291
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "recsys ('sampled', HTA's trace_filter data) keeps 2,302 of the 169,484 CPU-op External ids in its range "
-    "(1.4 %) and 1,154 of 258,363 runtime correlation ids (0.45 %; a complete Kineto trace keeps 97 % and 19 %): "
-    "most of the job's operators, launches and so kernels were removed. The GPU idle and what the account says "
-    "of it (cpu_bound 134 ms a step, 'Python or untraced' 93 ms of it, tiny_kernels, and 186 ms a step of "
-    "'dependency' no finding names) describe the sample, not the job; the report says nothing of it"))
 def test_recsys_sampled_trace_is_said_or_its_idle_not_diagnosed():
+    """recsys ('sampled', HTA's trace_filter data) keeps 2,302 of the 169,484 CPU-op External ids in its range
+    (1.4 %) and 1,154 of 258,363 runtime correlation ids (0.45 %; a complete Kineto trace keeps 97 % and 19 %):
+    most of the job's operators, launches and so kernels were removed. Its GPU idle findings describe the
+    sample, not the job, and the report says so."""
     idle = [f.kind for f in report("recsys").findings if f.kind in (*IDLE_KINDS, "tiny_kernels")]
     said = any(re.search(r"(?i)sampled|filtered|incomplete|removed|missing events", n) for n in report("recsys").notes)
     assert said or not idle

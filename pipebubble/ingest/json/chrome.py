@@ -110,6 +110,7 @@ def read_batch(files: list[Pending]) -> list[FileResult]:
     plans = span_plans(events, each([str(f.path) for f in files], pl.String), each(ranks, pl.Int64),
                        each([f.decoded.header.get("base_time_ns") or 0 for f in files], pl.Int64), phases, (_FILE,))
     got = dict(zip(plans, pl.collect_all(list(plans.values()), engine=ENGINE), strict=True))
+    kept = _operator_ids(got["table"], len(files))
     tables, rests = _by_file(got["table"], len(files)), _by_file(got.get("rest"), len(files))
     memory = _by_file(got.get("memory"), len(files))
     skipped = [Counter() for _ in files]
@@ -120,8 +121,8 @@ def read_batch(files: list[Pending]) -> list[FileResult]:
     return [
         _result(f.path, f.position, replace(f.decoded, events=no_rest if rest is None else rest, spans=[table],
                                             skipped=skip, memory=[mem] if mem is not None and mem.height else []),
-                f.gzip_warning)
-        for f, table, rest, mem, skip in zip(files, tables, rests, memory, skipped, strict=True)
+                f.gzip_warning, ids=ids)
+        for f, table, rest, mem, skip, ids in zip(files, tables, rests, memory, skipped, kept, strict=True)
     ]
 
 
@@ -145,7 +146,8 @@ def _by_file(frame: pl.DataFrame | None, files: int) -> list[pl.DataFrame | None
 
 
 def _result(
-    path: Path, position: int, decoded: jsontrace.Decoded, gzip_warning: str | None, spill: Path | None = None
+    path: Path, position: int, decoded: jsontrace.Decoded, gzip_warning: str | None, spill: Path | None = None,
+    ids: list[int] | None | object = ...,
 ) -> FileResult:
     """A decoded file whose blocks' spans are made: its B/E and async events paired, its names read, its
     parts put together (and spilled, with ``spill``)."""
@@ -165,6 +167,7 @@ def _result(
     process_names, thread_names = _names(events) if decoded.phases["M"] else ({}, {})
     table = _named_stages(table, thread_names)
     memory = allocations.with_running_totals(pl.concat(decoded.memory)) if decoded.memory else None
+    kept = _operator_ids(table.with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if ids is ... else ids
     spilled = {}
     if spill is not None:
         write_part(table, str(spill))
@@ -183,10 +186,23 @@ def _result(
         "unread_bytes": decoded.unread_bytes,
         "process_names": process_names,
         "thread_names": thread_names,
+        "operator_ids": kept,
         **spilled,
     }
     fmt = "kineto" if header.get("kineto") else "chrome"
     return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt, memory)
+
+
+def _operator_ids(table: pl.DataFrame, files: int) -> list[list[int] | None]:
+    """Per file of ``table`` (its rows' ``_FILE``), [kept, range]: how many distinct operator ids (Kineto's
+    ``External id`` of its ``cpu_op`` events, which the profiler numbers one by one) the file holds, and how
+    many its lowest to highest span. A complete trace holds nearly all of its range; a filtered or sampled one
+    (events removed after profiling) a few. None without them. One query for a batch's files."""
+    ids = table.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("external_id").is_not_null()).group_by(
+        _FILE).agg(kept=pl.col("external_id").n_unique(), lo=pl.col("external_id").min(),
+                   hi=pl.col("external_id").max())
+    found = {k: [int(n), int(hi - lo + 1)] for k, n, lo, hi in ids.collect(engine=ENGINE).iter_rows()}
+    return [found.get(k) for k in range(files)]
 
 
 def _repair_warnings(path: Path, decoded: jsontrace.Decoded) -> list[str]:
