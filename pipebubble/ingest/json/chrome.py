@@ -167,14 +167,17 @@ def _result(
     process_names, thread_names = _names(events) if decoded.phases["M"] else ({}, {})
     table = _named_stages(table, thread_names)
     memory = allocations.with_running_totals(pl.concat(decoded.memory)) if decoded.memory else None
-    kept = _operator_ids(table.with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if ids is ... else ids
     spilled = {}
     if spill is not None:
         write_part(table, str(spill))
+        written = Path(spill) / "*.parquet"  # the spans are in the spill's parts, the blocks' and these
+        ids = _operator_ids(pl.scan_parquet(written).with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if any(
+            Path(spill).glob("*.parquet")) else None
         table, spilled = (
             table.clear(),
             {"spill": str(spill), "spans": _spilled_rows(spill)},
         )
+    kept = _operator_ids(table.with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if ids is ... else ids
     warnings = [w for w in (gzip_warning, rank_warning) if w] + decoded.warnings + _repair_warnings(path, decoded)
     if decoded.unread_bytes:
         warnings.append(
@@ -193,7 +196,7 @@ def _result(
     return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt, memory)
 
 
-def _operator_ids(table: pl.DataFrame, files: int) -> list[list[int] | None]:
+def _operator_ids(table: pl.DataFrame | pl.LazyFrame, files: int) -> list[list[int] | None]:
     """Per file of ``table`` (its rows' ``_FILE``), [kept, range]: how many distinct operator ids (Kineto's
     ``External id`` of its ``cpu_op`` events, which the profiler numbers one by one) the file holds, and how
     many its lowest to highest span. A complete trace holds nearly all of its range; a filtered or sampled one
@@ -201,7 +204,8 @@ def _operator_ids(table: pl.DataFrame, files: int) -> list[list[int] | None]:
     ids = table.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("external_id").is_not_null()).group_by(
         _FILE).agg(kept=pl.col("external_id").n_unique(), lo=pl.col("external_id").min(),
                    hi=pl.col("external_id").max())
-    found = {k: [int(n), int(hi - lo + 1)] for k, n, lo, hi in ids.collect(engine=ENGINE).iter_rows()}
+    engine = "streaming" if isinstance(table, pl.LazyFrame) else ENGINE  # a spilled trace's parts: never whole
+    found = {k: [int(n), int(hi - lo + 1)] for k, n, lo, hi in ids.collect(engine=engine).iter_rows()}
     return [found.get(k) for k in range(files)]
 
 
