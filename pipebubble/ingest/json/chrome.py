@@ -170,9 +170,9 @@ def _result(
     spilled = {}
     if spill is not None:
         write_part(table, str(spill))
-        written = Path(spill) / "*.parquet"  # the spans are in the spill's parts, the blocks' and these
-        ids = _operator_ids(pl.scan_parquet(written).with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if any(
-            Path(spill).glob("*.parquet")) else None
+        written = sorted(Path(spill).glob("part-*.parquet"))  # the spans: the blocks' parts and these
+        ids = _operator_ids(pl.scan_parquet(written).with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if (
+            written) else None
         table, spilled = (
             table.clear(),
             {"spill": str(spill), "spans": _spilled_rows(spill)},
