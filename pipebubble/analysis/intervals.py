@@ -21,10 +21,16 @@ def merge(frame: pl.DataFrame, by: list[str], start: str = "start", end: str = "
     flat = _flat(frame, by, start, end) if frame.height >= _FLAT_ROWS else None
     if flat is not None:
         return flat
-    ordered = frame.lazy().select(*by, start, end).sort(*by, start)
+    return swept(frame.lazy(), by, start, end).collect(engine=ENGINE)
+
+
+def swept(frame: pl.LazyFrame, by: list[str], start: str = "start", end: str = "end") -> pl.LazyFrame:
+    """``merge``'s sweep as a query, for a caller that goes on with the merged intervals in the same plan
+    (a window per group: for small and middling frames)."""
+    ordered = frame.select(*by, start, end).sort(*by, start)
     reach = pl.col(end).cum_max().over(by) if by else pl.col(end).cum_max()
     opens = (pl.col(start) > (reach.shift(1).over(by) if by else reach.shift(1))).fill_null(True)
-    return _pieces(ordered.with_columns(reach=reach, opens=opens), by, start, end).collect(engine=ENGINE)
+    return _pieces(ordered.with_columns(reach=reach, opens=opens), by, start, end)
 
 
 def _pieces(swept: pl.LazyFrame, keep: list[str], start: str, end: str) -> pl.LazyFrame:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipebubble.analysis.hostnames import range_name
+from pipebubble.analysis.idle.activity import STARTUP_CALLS
 from pipebubble.spans import owner
 
 #: A kernel shorter than this is tiny (the host summary's short kernels).
@@ -43,10 +44,8 @@ HOST_MEMORY = r"(?i)\b(pageable|pinned)\b"
 LAYOUT = (r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|convertTensor|transpose_readWrite"
           r"|cudnn::\w+(::\w+)*::\w*transpose")
 #: Start-up calls (runtime, driver, library): context, modules and libraries, handles and communicators.
-STARTUP = (r"^(cu|cuda|hip)(Init|SetDevice|DeviceReset|DevicePrimaryCtxRetain|CtxCreate\w*|ModuleLoad\w*"
-           r"|LibraryLoad\w*|ModuleGetFunction|LibraryGetKernel|GetDriverEntryPoint\w*|StreamCreate\w*)(_v\d+)*$"
-           r"|^(cublas|cublasLt|cudnn|cusparse|cusolver\w*|cufft|curand|rocblas|hipblas|hipblasLt|miopen)Create\w*$"
-           r"|^(nccl|rccl)CommInit\w*$")
+#: The idle account's (``idle.activity.STARTUP_CALLS``), and the creation of streams.
+STARTUP = STARTUP_CALLS + r"|^(cu|cuda|hip)StreamCreate\w*(_v\d+)*$"
 #: Allocations and frees of device and pinned memory (not the stream-ordered ``*Async`` ones).
 ALLOCATOR = (r"^(cu|cuda|hip)(Malloc|MallocHost|MallocManaged|MallocPitch|Malloc3D|HostAlloc|HostRegister|Free"
              r"|FreeHost|HostUnregister|MemAlloc|MemAllocHost|MemAllocManaged|MemAllocPitch|MemHostAlloc"

@@ -29,7 +29,7 @@ class GpuPart:
     # Duration value counts, for exact medians over several files (empty for a file that is the whole job):
     ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, name, dur, n
     delays: pl.DataFrame = field(default_factory=pl.DataFrame)  # dur, n
-    idle: pl.DataFrame = field(default_factory=pl.DataFrame)  # the idle account summed (``idle.summary``)
+    idle: pl.DataFrame = field(default_factory=pl.DataFrame)  # the idle account summed (``idle.top``)
     # What the findings read (``facts``): per lane, stream, class and tag; tiny-kernel gaps; start-up calls
     streams: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, stream, cls, tag, count, total, tiny, ...
     gaps: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, count, total

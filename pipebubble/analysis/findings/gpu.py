@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipebubble.analysis.findings.common import Step, finding, gpu_step, gpus, mean, ms, step_rows
+from pipebubble.analysis.findings.per_lane import busiest as busiest_gpus
 from pipebubble.report import Breakdown, Report
 from pipebubble.report.findings import Finding, Where
 from pipebubble.report.idle import WORDS, IdleCause
@@ -74,7 +75,7 @@ def idle_cause(groups: list[list[Breakdown]], step: Step, frees: int, kind: str,
     """``kind``'s idle (``KINDS``) on each step's busiest GPU, the mean over steps, with the calls and
     operators behind it on those GPUs."""
     causes = KINDS[kind]
-    busiest = [max(rows, key=lambda b: b.window_ns - b.idle_ns) for rows in groups]
+    busiest = busiest_gpus(groups)
     worth = mean([sum(b.idle_causes.get(c, 0) for c in causes) for b in busiest])
     if worth <= 0:
         return None

@@ -21,6 +21,7 @@ import re
 
 from pipebubble.analysis.breakdown.facts import ALLOCATOR, STARTUP
 from pipebubble.analysis.findings.common import finding, gpu_step, ms, step_rows
+from pipebubble.analysis.findings.per_lane import busiest as busiest_gpus
 from pipebubble.report import Report
 from pipebubble.report.breakdown import ThreadCall
 from pipebubble.report.findings import Finding, Where
@@ -36,7 +37,7 @@ def first_launches(report: Report) -> list[Finding]:
     kernel's first launch, which loads its code), the mean over steps; none without it."""
     groups = step_rows(report)
     step = gpu_step(groups)
-    busiest = [max(rows, key=lambda b: b.window_ns - b.idle_ns) for rows in groups]
+    busiest = busiest_gpus(groups)
     worth = round(sum(b.idle_causes.get("startup", 0) for b in busiest) / len(busiest)) if busiest else 0
     if step is None or worth <= 0:
         return []

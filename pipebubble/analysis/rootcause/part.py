@@ -25,7 +25,7 @@ import polars as pl
 
 from pipebubble.analysis.breakdown.rows import steps_of
 from pipebubble.analysis.comm.collectives import participant
-from pipebubble.analysis.intervals import ENGINE, merge_each
+from pipebubble.analysis.intervals import ENGINE, merge_each, swept
 from pipebubble.report.idle import CAUSES
 from pipebubble.spans import GPU_WORK, HOST_WORK
 
@@ -70,13 +70,9 @@ def _idle_unions(spans: pl.DataFrame, pieces: pl.DataFrame | None) -> pl.DataFra
         return pl.DataFrame(schema=schema)
     whos = spans.lazy().filter(pl.col("device").is_not_null()).select("lane", who=participant()).unique("lane")
     tagged = pieces.lazy().join(whos, on="lane").select("who", "start", "end", cls="idle_" + pl.col("cause"))
-    # One query: the pieces of a participant's GPUs merged per cause (the sweep of ``intervals.merge``), and
-    # each interval's union length before it.
+    # One query: the pieces of a participant's GPUs merged per cause, and each interval's union length before it.
     by = ["who", "cls"]
-    swept = tagged.sort(*by, "start").with_columns(reach=pl.col("end").cum_max().over(by))
-    opens = (pl.col("start") > pl.col("reach").shift(1).over(by)).fill_null(True)
-    merged = swept.with_columns(piece=opens.cum_sum()).group_by(*by, "piece").agg(
-        pl.col("start").min(), pl.col("reach").max().alias("end")).sort(*by, "start")
+    merged = swept(tagged, by)
     length = pl.col("end") - pl.col("start")
     out = merged.with_columns(before=(length.cum_sum() - length).over(by)).select(list(schema))
     return out.collect(engine=ENGINE).cast(schema)
