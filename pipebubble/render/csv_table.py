@@ -24,10 +24,12 @@ from pipebubble.report import (
     Lane,
     MemoryDevice,
     MemoryStage,
+    ReplicaRow,
     Report,
     RequestRow,
     Stage,
     Wait,
+    WorkerRow,
 )
 from pipebubble.report.idle import CAUSES
 
@@ -38,6 +40,9 @@ TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
     "lanes": (Lane, lambda r: r.lanes, {}, ("window_ns", "idle_fraction")),
     "waits": (Wait, lambda r: r.waits, {}, ()),
     "stages": (Stage, lambda r: r.stages, {}, ()),
+    "replicas": (ReplicaRow, lambda r: r.pipeline.replicas.rows if r.pipeline and r.pipeline.replicas else [], {}, ()),
+    "workers": (WorkerRow, lambda r: r.pipeline.replicas.workers if r.pipeline and r.pipeline.replicas else [], {},
+                ()),
     "memory": (MemoryDevice, lambda r: r.memory.devices if r.memory else [], {}, ()),
     "memory_stages": (MemoryStage, lambda r: r.memory.stages if r.memory else [], {}, ()),
     "requests": (RequestRow, lambda r: r.requests.rows if r.requests else [], {}, ()),

@@ -36,7 +36,8 @@ from pipebubble.report import Breakdown, Report, Segment, Stage, Wait
 COLOURS = {"forward": "#009e73", "backward": "#0072b2", "weight": "#cc79a7", "prefill": "#e69f00",
            "decode": "#56b4e9", "mixed": "#d55e00", "comm": "#f0e442", "other": "#999999"}
 WAIT_COLOURS = {"fill": "#88ccee", "drain": "#ddcc77", "upstream": "#332288", "downstream": "#cc6677",
-                "comm": "#117733", "collective": "#aa4499", "host": "#882255", "sync": "#999933", "unknown": "#bbbbbb"}
+                "comm": "#117733", "collective": "#aa4499", "host": "#882255", "sync": "#999933",
+                "dp_sync": "#44aa99", "unknown": "#bbbbbb"}
 PART_COLOURS = {"compute": "#0072b2", "exposed comm": "#f0e442", "exposed memory": "#56b4e9", "idle": "#bbbbbb"}
 # A stage's bar: busy and the three idle parts (they add up to its window), the wait colours for fill and drain
 STAGE_COLOURS = {"busy": "#0072b2", "fill": "#88ccee", "drain": "#ddcc77", "steady idle": "#bbbbbb"}

@@ -31,10 +31,13 @@ from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemorySt
 from pipebubble.report.pipeline import (  # noqa: F401 (the report's)
     Pipeline,
     Recommendation,
+    ReplicaRow,
+    Replicas,
     Segment,
     Stage,
     StepResult,
     Wait,
+    WorkerRow,
 )
 from pipebubble.report.requests import RequestRow, Requests  # noqa: F401 (the report's)
 from pipebubble.report.serving import Episode, Interference, StepClass, ms4

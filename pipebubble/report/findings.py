@@ -20,6 +20,7 @@ KINDS = (
     "warmup_profile",  # the profile holds the job's start-up (context, modules, first allocations)
     "too_few_microbatches",  # the bubble a larger m would take back
     "imbalance",  # the slowest stage sets the pace
+    "slow_worker",  # one worker of a DP x PP job computes longer than the same stage in the other replicas
     "schedule",  # another schedule replays shorter
     "exposed_p2p",  # sends/receives between stages not hidden under compute
     "late_rank",  # the rank the others wait for at collectives, and why it is late

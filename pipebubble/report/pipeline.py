@@ -32,6 +32,12 @@ class Stage:
     microbatch_cv: float | None = None
     p2p_wait_ns: int = 0  # its receives' spin before the peer's send began (``analysis/comm/p2p.py``), inside W
     p2p_transfer_ns: int = 0  # the rest of its receives, inside W
+    # the coordinates the trace names for it (null where unnamed): its global rank, replica (the data-parallel
+    # copy of the pipeline it belongs to), tensor-parallel rank, and the model chunks it ran
+    rank: int | None = None
+    replica: int | None = None
+    tp: int | None = None
+    chunk: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,60 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class ReplicaRow:
+    """One data-parallel replica of a DP × PP job over its own step windows (first to last pass compute of
+    its stages): mean step, bubble, and each stage's compute per step."""
+
+    replica: int
+    step_time_ns: int
+    bubble_fraction: float
+    stage_busy_ns: list[int]
+    replayed_step_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker (a stage of one replica): its compute per step against its peers' median (the same stage in
+    the other replicas), and the job's replayed step with its compute at that median (``worth_ns`` given back)."""
+
+    stage: int
+    replica: int
+    name: str
+    rank: int | None
+    compute_ns: int
+    peers_ns: int
+    ratio: float
+    step_time_ns: int | None = None
+    worth_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """A DP × PP job: p stages × ``count`` replicas, which sync their gradients each step, so the job's step is
+    its slowest replica's. ``analysed``: the replica the stages, waits and what-if rows describe (the slowest).
+    Job figures over the steps every replica completed: step = first to last pass compute over all replicas,
+    bubble = Σ idle of every worker / (p · replicas · Σ step). ``replayed_step_ns``: the replicas' calibrated
+    replays, the job's being the longest. ``balanced``: the layers moved so that each stage's least compute
+    over the replicas is even, the same move in every replica, replayed; ``heavy_stage`` the stage whose
+    least compute is the most, ``heavy_ratio`` that against the median stage's,
+    ``heavy_min_ratio`` the least such ratio in any one replica (above 1: heavier in every replica)."""
+
+    count: int
+    analysed: int
+    step_time_ns: int
+    bubble_fraction: float
+    rows: list[ReplicaRow] = field(default_factory=list)
+    workers: list[WorkerRow] = field(default_factory=list)
+    replayed_step_ns: int | None = None
+    balanced_step_ns: int | None = None
+    balanced_worth_ns: int | None = None
+    heavy_stage: int | None = None
+    heavy_ratio: float | None = None
+    heavy_min_ratio: float | None = None
+    sync_wait_ns: int = 0  # per step, the workers' waits for their stage's slowest peer (the gradient sync)
+
+
+@dataclass(frozen=True)
 class Pipeline:
     stages: int
     microbatches: int | None
@@ -131,3 +191,4 @@ class Pipeline:
     # sends paired with their receives across ranks: pairs, wait_ns, transfer_ns (the stages' sums inside
     # W) and unpaired {reason: operations}; None without point-to-point operations
     p2p: dict[str, Any] | None = None
+    replicas: Replicas | None = None  # a DP × PP job's replicas; null for one pipeline

@@ -8,6 +8,7 @@ from __future__ import annotations
 KINDS = {
     "too_few_microbatches": "too few micro-batches",
     "imbalance": "stage imbalance",
+    "slow_worker": "slow worker",
     "schedule": "schedule",
     "exposed_p2p": "exposed send/recv",
     "late_rank": "late rank",

@@ -23,6 +23,7 @@ from pipebubble.analysis.critical import CriticalPart
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.memory import MemoryPart
 from pipebubble.analysis.pipeline.part import StagePart
+from pipebubble.analysis.pipeline.stages import Worker
 from pipebubble.analysis.requests.part import RequestsPart
 from pipebubble.ingest.base import FileResult
 from pipebubble.report import Breakdown, Interference, Segment
@@ -117,12 +118,16 @@ def _frames(cls: type, scalars: tuple[str, ...] = ()) -> Codec:
 
 def _stages_in(s: StagePart, put: Put, name: str) -> dict:
     return {"names": s.names, "order": [list(o) for o in s.order], "work": put(f"{name}.work", s.work),
-            "host": put(f"{name}.host", s.host), "facts": s.facts, "pipeline": s.pipeline}
+            "host": put(f"{name}.host", s.host), "facts": s.facts, "pipeline": s.pipeline,
+            "workers": None if s.workers is None else [[w.stage, list(w.order), w.replica, w.rank, w.tp]
+                                                       for w in s.workers]}
 
 
 def _stages_out(s: dict, get: Get) -> StagePart:
     return StagePart(names=s["names"], order=[_tuple(o) for o in s["order"]], work=get(s["work"]),
-                     host=get(s["host"]), facts=s["facts"], pipeline=s.get("pipeline"))
+                     host=get(s["host"]), facts=s["facts"], pipeline=s.get("pipeline"),
+                     workers=None if s.get("workers") is None else [
+                         Worker(w[0], _tuple(w[1]), *w[2:]) for w in s["workers"]])
 
 
 def _gpu_in(g: GpuPart, put: Put, name: str) -> dict:

@@ -169,10 +169,10 @@ def pass_edges(passes: pl.DataFrame) -> list[Edge]:
     """Edges from pass order: ``passes`` has ``file``, ``stage``, ``phase`` (forward/backward), ``step``,
     ``microbatch``, ``start``, ``end`` (one row per pass: its compute's first start and last end). Forward of a
     micro-batch on stage s starts after s−1's ended: ``o_s − o_{s−1} ≤ start_s − end_{s−1}``; backward on s−1
-    after s's: ``o_s − o_{s−1} ≥ end_s − start_{s−1}``."""
+    after s's: ``o_s − o_{s−1} ≥ end_s − start_{s−1}``. With ``replica`` (a DP × PP job), within each replica."""
     if passes.is_empty():
         return []
-    key = ["step", "microbatch", "phase"]
+    key = ["step", "microbatch", "phase", *(["replica"] if "replica" in passes.columns else [])]
     this = passes.select(*key, "stage", "file", "start", "end")
     prev = this.select(*key, stage=pl.col("stage") + 1, p_file="file", p_start="start", p_end="end")
     both = this.join(prev, on=[*key, "stage"]).filter(pl.col("file") != pl.col("p_file"))
@@ -363,6 +363,6 @@ def _passes(work: pl.DataFrame, pattern: str | None) -> pl.DataFrame:
         labelled = labelled.filter(pl.col("chunk").is_not_null()).with_columns(stage=pl.col("chunk"))
     else:
         labelled = labelled.filter(pl.col("chunk").is_null())
-    return labelled.group_by("file", "stage", "phase", pl.col("step").fill_null(0), "microbatch").agg(
+    return labelled.group_by("file", "replica", "stage", "phase", pl.col("step").fill_null(0), "microbatch").agg(
         start=pl.col("start").min(), end=pl.col("end").max()
     )

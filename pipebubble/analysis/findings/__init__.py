@@ -10,7 +10,9 @@ Every worth is the step time a fix gives back (ARCHITECTURE.md, "Worth"), never 
 ``worth_gpu_ns`` = worth x the GPUs a shorter step frees; ``cost_per_hour`` = gpu_cost x worth_gpu_ns /
 step_ns (GPU-hours saved per hour, priced), when a GPU price is given. One exception to the order: a
 profile mostly of start-up (``warmup``, evidence ``leads``) opens the list, since its other findings measure
-start-up too.
+start-up too. In a DP × PP job (``pipeline.replicas``) a rank is late at its stage's gradient sync because
+its replica's pipeline runs longer, which the replicas' replay explains and measures (``slow_worker``,
+``imbalance``): there the late ranks' findings (``late_rank``) are left out, the data loader's kept.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def findings(report: Report, gpu_cost: float | None = None, threshold: float = T
     replace the straggler's alone."""
     groups = GROUPS if late is None else tuple(g for g in GROUPS if g is not ranks.findings)
     found = [f for group in groups for f in group(report)] + (_late(report, late) if late else [])
+    if report.pipeline is not None and report.pipeline.replicas is not None:
+        found = [f for f in found if f.kind != "late_rank"]
     kept = [priced(f, gpu_cost) for f in found if f.worth_ns > threshold * f.evidence["step_ns"]]
     return sorted(kept, key=lambda f: (not leads(f), -f.worth_ns, KINDS.index(f.kind)))
 

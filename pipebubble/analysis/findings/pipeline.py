@@ -8,7 +8,11 @@ finding's worth is its own replay's gain alone (the gains are not additive: fixi
 - too_few_microbatches: only when m < ``MICROBATCH_FACTOR`` x p (GPipe's and 1F1B's bubble,
   (p-1)/(m+p-1), is then above (p-1)/(5p-1): 20 % at p = 4); the best ``m=...`` row.
 - imbalance: the ``rebalanced stages`` row; the slowest stage is named by its compute per step against the
-  mean stage's.
+  mean stage's. In a DP × PP job, the replicas' own what-if (``pipeline.replicas``): layers moved as each
+  stage's least compute over the replicas needs, the same move in every replica, the job (its slowest
+  replica) replayed; the title says whether the stage named is heavy in every replica.
+- slow_worker (DP × PP jobs): the worker whose compute at its peers' median (the same stage in the other
+  replicas) replays the job shortest: a GPU slower than its peers at the same work, not a heavier stage.
 - schedule: the best row of another schedule at the same m.
 - exposed_p2p: no replay runs without hand-offs, so its worth is the drop of the pipeline's steady-state
   bound: every stage's step holds its compute and its exposed receive transfers (the part of its receives
@@ -43,8 +47,10 @@ def _replay_findings(report: Report, pipe: Pipeline, step: Step) -> list[Finding
     current = next((r for r in pipe.recommendations if r.label.startswith("current:")), None)
     if current is None:
         return []
-    found = [too_few_microbatches(pipe, current, step), imbalance(report.stages, pipe, current, step),
-             schedule(pipe, current, step)]
+    balance = imbalance(report.stages, pipe, current, step) if pipe.replicas is None else (
+        replica_imbalance(report.stages, pipe, step))
+    found = [too_few_microbatches(pipe, current, step), balance, schedule(pipe, current, step),
+             slow_worker(report.stages, pipe, step)]
     return [f for f in found if f is not None]
 
 
@@ -106,6 +112,58 @@ def imbalance(stages: list[Stage], pipe: Pipeline, current: Recommendation, step
          **_gain(current, rebalanced)},
         worth, pipe.stages, step.ns, f"move layers off stage {top['stage']} to the faster stages",
         REPLAY_HOW.format(change="rebalanced stages"),
+    )
+
+
+WORKER_HOW = ("every replica replayed (its calibrated pass times under the detected schedule), the job's step the "
+              "slowest replica's; minus the same with {change}, per step")
+
+
+def replica_imbalance(stages: list[Stage], pipe: Pipeline, step: Step) -> Finding | None:
+    """A DP × PP job's heavy stage: the replicas' balanced what-if's gain (the module docstring)."""
+    rep = pipe.replicas
+    if rep is None or not rep.balanced_worth_ns or rep.balanced_worth_ns <= 0 or rep.heavy_stage is None:
+        return None
+    s = rep.heavy_stage
+    name = next((st.name for st in stages if st.stage == s), f"pp{s}")
+    everywhere = rep.heavy_min_ratio is not None and rep.heavy_min_ratio > 1.05
+    where = "in every replica" if everywhere else "at its fastest worker"
+    return finding(
+        "imbalance",
+        f"stage {s} ({name}) is {rep.heavy_ratio:.2f}× heavier than the median stage {where}: layers moved evenly "
+        f"replay {ms(rep.balanced_worth_ns)} shorter a step",
+        Where(stages=[s]), "the slowest stage sets every replica's pace",
+        {"stage": s, "heavy_ratio": rep.heavy_ratio, "heavy_min_ratio": rep.heavy_min_ratio, "replicas": rep.count,
+         "replayed_current_ns": rep.replayed_step_ns, "replayed_ns": rep.balanced_step_ns,
+         "gain_ns": rep.balanced_worth_ns, "stage_busy_ns": [r.stage_busy_ns[s] for r in rep.rows]},
+        rep.balanced_worth_ns, pipe.stages * rep.count, step.ns,
+        f"move layers off stage {s} to the lighter stages (the same partition in every replica)",
+        WORKER_HOW.format(change="the stages' work scaled to the typical replica's mean, in every replica"),
+    )
+
+
+def slow_worker(stages: list[Stage], pipe: Pipeline, step: Step) -> Finding | None:
+    """The worker of a DP × PP job whose compute at its peers' median gives the job back the most."""
+    rep = pipe.replicas
+    top = next((w for w in rep.workers if w.worth_ns and w.worth_ns > 0), None) if rep else None
+    if rep is None or top is None:
+        return None
+    rank = f", rank {top.rank}" if top.rank is not None else ""
+    return finding(
+        "slow_worker",
+        f"worker {top.name} (stage {top.stage}, replica {top.replica}{rank}) computes {top.ratio:.2f}× longer than "
+        f"its peers: at their median the job replays {ms(top.worth_ns)} shorter a step",
+        Where(ranks=[top.rank] if top.rank is not None else [], stages=[top.stage]),
+        "one GPU is slower than the same stage in the other "
+        + ("replica" if rep.count == 2 else f"{rep.count - 1} replicas")
+        + " at the same work; the job waits for it at every gradient sync",
+        {"stage": top.stage, "replica": top.replica, "rank": top.rank, "compute_ns": top.compute_ns,
+         "peers_median_ns": top.peers_ns, "ratio": top.ratio, "replayed_current_ns": rep.replayed_step_ns,
+         "replayed_ns": top.step_time_ns, "gain_ns": top.worth_ns},
+        top.worth_ns, pipe.stages * rep.count, step.ns,
+        f"check the GPU of {top.name} (clocks, thermal or power throttling, a bad node or link) and replace or "
+        "re-clock it; moving layers would not help, its peers run the same ones faster",
+        WORKER_HOW.format(change=f"{top.name}'s passes at its peers' median"),
     )
 
 

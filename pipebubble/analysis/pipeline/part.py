@@ -11,7 +11,7 @@ import polars as pl
 from pipebubble.analysis.idle.activity import host_kind
 from pipebubble.analysis.intervals import ENGINE, engine_for, merge
 from pipebubble.analysis.pipeline.labels import label_choices, label_names
-from pipebubble.analysis.pipeline.stages import assign, pipeline_group
+from pipebubble.analysis.pipeline.stages import Worker, assign, pipeline_group
 from pipebubble.analysis.pipeline.work import WORK_SCHEMA, labelled_work, stage_work
 from pipebubble.options import PipelineOptions
 from pipebubble.spans import HOST_WORK
@@ -28,6 +28,7 @@ class StagePart:
     host: pl.DataFrame  # stage, kind, start, end: merged CPU activity per stage and kind
     facts: dict
     pipeline: int | None = None  # the pipeline group (its lowest rank), when stages came from one
+    workers: list[Worker] | None = None  # per name, its stage and replica, when the file holds several replicas
 
 
 def stage_part(
@@ -53,11 +54,12 @@ def stage_part(
     if stages.is_empty():
         return None
     work, facts = stage_work(mapped.spans, options.stages.microbatch_regex)
+    facts["ranks"] = _ranks_of(mapped.spans)
     cpu = mapped.spans.filter(
         pl.col("stage").is_not_null() & pl.col("device").is_null() & pl.col("kind").is_in(HOST_WORK)
     )
     return StagePart(mapped.names, mapped.order, work, merge(_as_blocking(cpu), ["stage", "kind"]), facts,
-                     mapped.pipeline)
+                     mapped.pipeline, mapped.workers)
 
 
 def stage_parts(spans: pl.DataFrame, options: PipelineOptions, groups: dict[int, list | None]) -> dict[int, StagePart]:
@@ -122,10 +124,18 @@ def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, gr
     no_work, no_host = work.clear(), _empty_host(spans.schema["kind"])
     return {
         r: StagePart(names, order, works.get(r, no_work), hosts.get(r, no_host),
-                     {"pattern": pattern, "inferred": pattern is None, "mode": "gpu" if r in gpu_stages else "cpu"},
+                     {"pattern": pattern, "inferred": pattern is None, "mode": "gpu" if r in gpu_stages else "cpu",
+                      "ranks": {own[r][2]: r}},
                      pipeline)
         for r, (names, order, _, pipeline) in own.items()
     }
+
+
+def _ranks_of(spans: pl.DataFrame) -> dict[int, int]:
+    """Each stage's rank, where all its spans are of one."""
+    per = spans.lazy().filter(pl.col("stage").is_not_null() & pl.col("rank").is_not_null()).group_by("stage").agg(
+        pl.col("rank").min().alias("rank"), pl.col("rank").n_unique().alias("n")).collect(engine=ENGINE)
+    return {s: r for s, r, n in per.iter_rows() if n == 1}
 
 
 def _by_rank(frame: pl.DataFrame, local: dict[int, int]) -> dict[int, pl.DataFrame]:
@@ -175,7 +185,7 @@ def _unlabelled(spans: pl.DataFrame, options: PipelineOptions, world: int | None
     mapped = assign(_keys_frame(spans), options.stages, world, groups)
     work = pl.DataFrame(schema=WORK_SCHEMA)
     return StagePart(mapped.names, mapped.order, work, _empty_host(spans.schema["kind"]), dict(_NO_EVIDENCE),
-                     mapped.pipeline)
+                     mapped.pipeline, mapped.workers)
 
 
 def _keys_frame(spans: pl.DataFrame) -> pl.DataFrame:

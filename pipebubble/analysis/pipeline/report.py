@@ -11,9 +11,11 @@ import polars as pl
 
 from pipebubble.analysis.comm import p2p as pp
 from pipebubble.analysis.pipeline import metrics as pm
+from pipebubble.analysis.pipeline import replicas as rp
 from pipebubble.analysis.pipeline.evidence import not_a_pipeline, pipeline_evidence
 from pipebubble.analysis.pipeline.part import StagePart, one_stage, stage_part
 from pipebubble.analysis.pipeline.segments import timeline
+from pipebubble.analysis.pipeline.stages import Worker
 from pipebubble.analysis.pipeline.summary import summary
 from pipebubble.analysis.pipeline.waits import find_waits
 from pipebubble.options import PipelineOptions
@@ -34,23 +36,37 @@ class PipelineSection:
 
 def combine(parts: list[StagePart]) -> tuple[list[str], pl.DataFrame, pl.DataFrame, dict]:
     """Reduce, first half: one stage numbering over all files (ordered by the stages' keys; a name seen in
-    several files is one stage), and the work and host tables renumbered to it. Where ranks name their
-    pipeline groups, the pipeline analysed is the one holding the lowest rank (data-parallel replicas of
-    it are left out)."""
-    groups = {p.pipeline for p in parts if p.pipeline is not None}
+    several files is one stage), and the work and host tables renumbered to it, each row with its
+    ``replica``: a data-parallel copy of the pipeline, told by the pipeline group a rank names (numbered by
+    the groups' lowest ranks) or by the workers a file of several replicas holds (``StagePart.workers``);
+    0 in a job of one. Files of no pipeline group, in a job whose ranks name them, are left out."""
+    groups = sorted({p.pipeline for p in parts if p.pipeline is not None})
     if groups:
-        parts = [p for p in parts if p.pipeline == min(groups)]
-    names = list(dict.fromkeys(n for n, _ in sorted(_used(parts), key=lambda item: (item[1], item[0]))))
+        parts = [p for p in parts if p.pipeline is not None]
+    where = {key: _worker(parts[key[0]], key[1], groups) for key in _used(parts)}
+    names = list(dict.fromkeys(w.stage for w in sorted(where.values(), key=lambda w: (w.order, w.stage))))
     index = {n: i for i, n in enumerate(names)}
+    stage = {key: index[w.stage] for key, w in where.items()}
+    replica = {key: w.replica for key, w in where.items()}
     facts = {
         "pattern": next((p.facts["pattern"] for p in parts if p.facts["pattern"]), None),
         "inferred": any(p.facts["inferred"] for p in parts),
         "mode": "gpu" if any(p.facts["mode"] == "gpu" for p in parts) else "cpu",
+        "workers": {(stage[key], replica[key]): w for key, w in where.items()},
     }
-    work, host = _renumbered(parts, [p.work for p in parts], index), _renumbered(parts, [p.host for p in parts], index)
+    work = _renumbered(parts, [p.work for p in parts], stage, replica)
+    host = _renumbered(parts, [p.host for p in parts], stage, replica)
     if facts["pattern"] == "torch_pipelining" and work.height:
         names, work, host = _order_by_stage_ids(names, work, host)
     return names, work, host, facts
+
+
+def _worker(part: StagePart, i: int, groups: list[int]) -> Worker:
+    """Stage ``i`` of ``part`` as a worker of the job: its stage, replica and ranks."""
+    if part.workers is not None:
+        return part.workers[i]
+    replica = groups.index(part.pipeline) if part.pipeline is not None else 0
+    return Worker(part.names[i], part.order[i], replica, (part.facts.get("ranks") or {}).get(i))
 
 
 def tagged(frame: pl.DataFrame, name: str, value: int) -> pl.DataFrame:
@@ -65,26 +81,27 @@ def stacked(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(frames, how="vertical_relaxed").hstack([pl.Series("part", list(part), dtype=pl.Int64)])
 
 
-def _used(parts: list[StagePart]) -> set[tuple[str, tuple]]:
-    """(name, order) of every stage some work of its part belongs to."""
+def _used(parts: list[StagePart]) -> set[tuple[int, int]]:
+    """(part, stage) of every stage some work of its part belongs to."""
     if not parts:
         return set()
     present = stacked([p.work for p in parts]).select("stage", "part").unique()
-    return {
-        (parts[k].names[i], parts[k].order[i]) for i, k in present.iter_rows()
-        if i is not None and 0 <= i < len(parts[k].names)
-    }
+    return {(k, i) for i, k in present.iter_rows() if i is not None and 0 <= i < len(parts[k].names)}
 
 
-def _renumbered(parts: list[StagePart], frames: list[pl.DataFrame], index: dict[str, int]) -> pl.DataFrame:
-    """Every part's rows (``frames``: its work or host table) with its stages renumbered to the job's
-    (``index``: name -> number), the rows of no stage left out."""
+def _renumbered(parts: list[StagePart], frames: list[pl.DataFrame], stage: dict, replica: dict) -> pl.DataFrame:
+    """Every part's rows (``frames``: its work or host table) with its stages renumbered to the job's and its
+    replica (``stage``, ``replica``: (part, stage) -> number), the rows of no stage left out."""
     if not frames:
         return pl.DataFrame()
     width = max(len(p.names) for p in parts) + 1
-    new = {k * width + i: index[n] for k, part in enumerate(parts) for i, n in enumerate(part.names) if n in index}
     key = pl.col("part") * width + pl.col("stage")
-    renumbered = stacked(frames).with_columns(stage=key.replace_strict(new, default=None, return_dtype=pl.Int32))
+
+    def mapped(values: dict) -> pl.Expr:
+        flat = {k * width + i: v for (k, i), v in values.items()}
+        return key.replace_strict(flat, default=None, return_dtype=pl.Int32)
+
+    renumbered = stacked(frames).with_columns(stage=mapped(stage), replica=mapped(replica))
     return renumbered.filter(pl.col("stage").is_not_null()).drop("part")
 
 
@@ -121,7 +138,7 @@ def reduce_stages(
         names = {n for p in bare for n in p.names}
         return PipelineSection(notes=[not_a_pipeline(names)] if len(names) >= 2 else [])
     names, work, host, facts = combine(parts)
-    labelled = work
+    workers = facts.pop("workers")
     p = len(names)
     found = pipeline_evidence(parts, p2p or {}, options.stages)
     if p >= 2 and not found:
@@ -129,6 +146,8 @@ def reduce_stages(
     stage_of_many = facts["pattern"] is not None or any(part.pipeline is not None for part in parts)
     if p == 0 or (p == 1 and not stage_of_many):
         return PipelineSection()  # one stage is analysed alone only when its labels or group say it is one
+    work, host, every, analysed = _one_replica(work, host)
+    labelled = work
     work = pm.complete_steps(work)
     if work.is_empty():
         return PipelineSection()
@@ -137,7 +156,7 @@ def reduce_stages(
     table = pm.stage_step_table(work, wins)
     counts = pm.microbatch_counts(work)
     schedule, chunks, m = pm.detect_schedule(work, counts)
-    stage_rows = _stages(table, work, names, counts)
+    stage_rows = _with_coordinates(_stages(table, work, names, counts), workers, analysed)
     if len(stage_rows) < min(p, 2) or not _measurable(wins):
         return PipelineSection()  # no two stages with work of any length: nothing pipeline-shaped to measure
     recvs, per, paired, pairs = pp.reduce_pipeline(ops, labelled, wins) if p >= 2 else (None, {}, None, None)
@@ -149,8 +168,40 @@ def reduce_stages(
     if p == 1:
         return PipelineSection(stage_rows, None, waits, timeline(work))
     pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
-    return PipelineSection(stage_rows, replace(pipeline, evidence=found, p2p=paired), waits, timeline(work),
-                           pairs=pairs)
+    pipeline = replace(pipeline, evidence=found, p2p=paired)
+    if every is not None:
+        lanes = dict(((s, r), lane) for s, r, lane in every.group_by("stage", "replica").agg(pl.col("lane").min())
+                     .iter_rows())
+        section, sync = rp.analyse(every, p, (schedule, chunks, m), workers, analysed, lanes)
+        threshold = options.wait_threshold * pipeline.step_time_ns
+        waits = sorted([*waits, *(w for w in sync if w.dur_ns > threshold)], key=lambda w: -w.dur_ns)
+        pipeline = replace(pipeline, replicas=section)
+    return PipelineSection(stage_rows, pipeline, waits, timeline(work), pairs=pairs)
+
+
+def _one_replica(work: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None,
+                                                                  int | None]:
+    """The work and host activity of the replica analysed as the pipeline (in a job of several, the slowest:
+    the one the job waits for), every replica's complete work (None in a job of one) and which replica."""
+    replicas = work["replica"].unique().drop_nulls()
+    if replicas.len() <= 1:
+        analysed = replicas[0] if replicas.len() else None
+        return work.drop("replica"), host.drop("replica", strict=False), None, analysed
+    every = rp.complete(work)
+    analysed = rp.slowest(every) if every.height else int(replicas.min())
+    mine = pl.col("replica") == analysed
+    return work.filter(mine).drop("replica"), host.filter(mine).drop("replica"), every, analysed
+
+
+def _with_coordinates(rows: list[Stage], workers: dict, replica: int | None) -> list[Stage]:
+    """The stage rows with what the trace names of each stage's worker in the replica analysed."""
+    out = []
+    for row in rows:
+        w = workers.get((row.stage, replica if replica is not None else 0))
+        several = any(r for _, r in workers)
+        out.append(replace(row, rank=w.rank if w else None, tp=w.tp if w else None,
+                           replica=w.replica if w and several else None))
+    return out
 
 
 def _measurable(wins: pl.DataFrame) -> bool:
@@ -178,7 +229,8 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], counts: d
         )
         .sort("stage")
     )
-    lanes = work.group_by("stage").agg(pl.col("lane").unique().sort())
+    lanes = work.group_by("stage").agg(pl.col("lane").unique().sort(),
+                                       chunk=pl.col("chunk").drop_nulls().unique().sort())
     per_mb = pm.microbatch_times(work).group_by("stage", "microbatch").agg(pl.col("ns").sum())
     of_stage = dict(per_mb.group_by("stage").agg("ns").iter_rows())
     out = []
@@ -189,6 +241,7 @@ def _stages(table: pl.DataFrame, work: pl.DataFrame, names: list[str], counts: d
                 stage=row["stage"],
                 name=names[row["stage"]] if row["stage"] < len(names) else str(row["stage"]),
                 lanes=row["lane"],
+                chunk=row["chunk"] or None,
                 busy_ns=row["busy_ns"],
                 comm_ns=row["comm_ns"],
                 idle_ns=row["idle_ns"],

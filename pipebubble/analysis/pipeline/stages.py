@@ -27,14 +27,29 @@ from pipebubble.spans import CPU_WORK
 
 
 @dataclass(frozen=True)
+class Worker:
+    """Where one of a data-parallel job's workers stands: the pipeline stage it runs (its name and sort key),
+    its replica and the ranks the trace names for it (global, tensor-parallel; None where unnamed)."""
+
+    stage: str
+    order: tuple
+    replica: int
+    rank: int | None = None
+    tp: int | None = None
+
+
+@dataclass(frozen=True)
 class StageMap:
-    """``spans`` with ``stage`` filled, the stage names in order, and how they were chosen."""
+    """``spans`` with ``stage`` filled, the stage names in order, and how they were chosen. In a DP × PP job
+    whose replicas one file holds, ``stage`` indexes workers: ``names`` are theirs and ``workers`` says which
+    stage and replica each is."""
 
     spans: pl.DataFrame
     names: list[str] = field(default_factory=list)
     method: str = ""
     order: list[tuple] = field(default_factory=list)  # sort key of each stage, to order stages across files
     pipeline: int | None = None  # lowest rank of the pipeline group the stages belong to, when one was found
+    workers: list[Worker] | None = None  # per name, in a job of several replicas
 
 
 def assign(
@@ -77,21 +92,28 @@ def assign(
 def _by_named_rank(spans: pl.DataFrame) -> StageMap | None:
     """Threads named for their pipeline rank (ingest fills ``stage`` from Megatron's step-timer thread names,
     ``PP rank {p}, TP rank {t}, ...``): stage p. A job's trace holds every data-parallel replica (a process
-    each): the pipeline analysed is the first replica's (the lowest rank, then pid, holding stage 0); the
-    other replicas' spans belong to no stage. None where no span names its stage."""
+    each, ``pid`` = the DP rank): each (replica, stage) is a worker, named ``pp{p}/dp{d}``; replicas are
+    numbered in process order. None where no span names its stage."""
     if spans["stage"].null_count() == spans.height:
         return None
     named = spans.filter(pl.col("stage").is_not_null())
-    lowest = named.filter(pl.col("stage") == pl.col("stage").min())
-    first = lowest.sort("rank", "pid", nulls_last=True).row(0, named=True)
-    replica = (pl.col("rank").eq_missing(first["rank"])) & (pl.col("pid") == first["pid"])
-    frame = spans.with_columns(stage=pl.when(replica).then("stage").cast(pl.Int32))
-    stages = sorted(frame["stage"].drop_nulls().unique().to_list())
-    if stages != list(range(len(stages))):  # stages numbered from 0 in pipeline order
-        frame = frame.with_columns(pl.col("stage").replace_strict(stages, range(len(stages)), default=None,
+    stages = sorted(named["stage"].unique().to_list())
+    owners = named.select("rank", "pid").unique().sort("rank", "pid", nulls_last=True).rows()
+    if len(owners) == 1:  # one replica: stages numbered from 0 in pipeline order
+        frame = spans.with_columns(pl.col("stage").replace_strict(stages, range(len(stages)), default=None,
                                                                   return_dtype=pl.Int32))
-    names = [f"pp{s}" for s in stages]
-    return StageMap(frame, names, "thread names (PP rank)", [(s,) for s in stages])
+        return StageMap(frame, [f"pp{s}" for s in stages], "thread names (PP rank)", [(s,) for s in stages])
+    keys = pl.DataFrame(
+        [(r, pid, s, d * len(stages) + i) for d, (r, pid) in enumerate(owners) for i, s in enumerate(stages)],
+        schema={"rank": pl.Int32, "pid": pl.Int64, "stage": pl.Int32, "_worker": pl.Int32}, orient="row",
+    )
+    frame = spans.join(keys, on=["rank", "pid", "stage"], how="left", nulls_equal=True, maintain_order="left")
+    frame = frame.with_columns(stage=pl.col("_worker")).drop("_worker")
+    # Megatron's step timers record TP rank 0 of each worker (lanes name another, ``pp1/tp1/dp0``)
+    workers = [Worker(f"pp{s}", (s,), d, None, 0) for d in range(len(owners)) for s in stages]
+    names = [f"pp{s}/dp{pid}" for _, pid in owners for s in stages]
+    order = [(d, s) for d in range(len(owners)) for s in stages]
+    return StageMap(frame, names, "thread names (PP rank, DP rank)", order, workers=workers)
 
 
 def _default_method(spans: pl.DataFrame, microbatch_regex: str | None = None) -> str:
@@ -246,17 +268,28 @@ def _launching_threads(spans: pl.DataFrame) -> pl.DataFrame:
 
 def _by_pipeline_rank(spans: pl.DataFrame, pp: int, order: str, world: int | None) -> StageMap:
     """Megatron orders ranks tp fastest, pp slowest (``tp-cp-ep-dp-pp``): pp rank = rank // (world / pp).
-    ``pp-dp-tp`` puts pp fastest: pp rank = rank % pp. The pipeline analysed is the one holding rank 0."""
+    ``pp-dp-tp`` puts pp fastest: pp rank = rank % pp. Each rank is a worker: stage and replica (the index
+    among the ranks of its stage, in rank order); one replica alone gives stages ``pp{s}``."""
     if order not in RANK_ORDERS:
         raise StageSpecError(f"--rank-order must be one of {', '.join(RANK_ORDERS)} (not {order!r})")
     world = world or int(spans["rank"].max()) + 1
     if world % pp:
         raise StageSpecError(f"--pp-size {pp} does not divide the {world} ranks found")
-    rank = pl.col("rank")
-    stage = rank % pp if order == "pp-dp-tp" else rank // (world // pp)
-    peer = rank // pp if order == "pp-dp-tp" else rank % (world // pp)
-    frame = spans.with_columns(stage=pl.when(peer == 0).then(stage).cast(pl.Int32))
-    return StageMap(frame, [f"pp{s}" for s in range(pp)], f"rank (pp={pp}, {order})", [(s,) for s in range(pp)])
+    ranks = sorted(spans["rank"].drop_nulls().unique().to_list())
+    stage_of = {r: (r % pp if order == "pp-dp-tp" else r // (world // pp)) for r in ranks}
+    method = f"rank (pp={pp}, {order})"
+    if world == pp:
+        frame = spans.with_columns(stage=pl.col("rank").replace_strict(stage_of, default=None, return_dtype=pl.Int32))
+        return StageMap(frame, [f"pp{s}" for s in range(pp)], method, [(s,) for s in range(pp)])
+    # Several ranks per stage: each rank is a worker, its replica the index among its stage's ranks (a file
+    # of one rank of many says its own); names and order over the replicas present.
+    peer_of = {r: (r // pp if order == "pp-dp-tp" else r % (world // pp)) for r in ranks}
+    present = sorted({(peer_of[r], stage_of[r], r) for r in ranks})
+    worker = {r: i for i, (_, _, r) in enumerate(present)}
+    frame = spans.with_columns(stage=pl.col("rank").replace_strict(worker, default=None, return_dtype=pl.Int32))
+    workers = [Worker(f"pp{s}", (s,), d, r) for d, s, r in present]
+    names = [f"pp{s}/dp{d}" for d, s, _ in present]
+    return StageMap(frame, names, method, [(d, s) for d, s, _ in present], workers=workers)
 
 
 PIPELINE_GROUP = re.compile(r"(?i)pipe|(^|[_:\s-])pp($|[_:\s-])")

@@ -249,21 +249,38 @@ def _not_spans(phases: Counter[str]) -> Counter[str]:
     return skipped
 
 
-#: A thread named for its pipeline rank, as Megatron's step timers name them (``PP rank 1, TP rank 0, compute``).
+#: A thread named for its pipeline rank, as Megatron's step timers name them (``PP rank 1, TP rank 0, compute``),
+#: with its tensor- and data-parallel ranks where named (``pp_rank``, ``TP rank``, ``DP rank`` spellings too).
 PP_RANK = re.compile(r"(?i)\bPP[ _-]?rank[ _:=]*(\d+)")
+TP_RANK = re.compile(r"(?i)\bTP[ _-]?rank[ _:=]*(\d+)")
+DP_RANK = re.compile(r"(?i)\bDP[ _-]?rank[ _:=]*(\d+)")
 
 
 def _named_stages(table: pl.DataFrame, thread_names: dict[str, str]) -> pl.DataFrame:
     """``stage``: the pipeline rank a span's thread is named for (``PP_RANK``), where any is; the stage
-    assignment reads it (``analysis.pipeline.stages``)."""
-    named = [(key, int(m.group(1))) for key, name in thread_names.items() if (m := PP_RANK.search(name))]
+    assignment reads it (``analysis.pipeline.stages``). Such a thread's lane is named by its coordinates and
+    class: ``pp1/dp0 compute`` (``pid`` is the data-parallel rank, as the step timers write it, unless the
+    name says another; ``/tp1`` for a tensor-parallel rank other than 0)."""
+    named = []
+    for key, name in thread_names.items():
+        if (pp := PP_RANK.search(name)) is None:
+            continue
+        tp, dp = TP_RANK.search(name), DP_RANK.search(name)
+        replica = dp.group(1) if dp else key.split("/")[0]
+        role = name.rsplit(",", 1)[1].strip() if "," in name else ""
+        lane = f"pp{int(pp.group(1))}" + (f"/tp{int(tp.group(1))}" if tp and int(tp.group(1)) else "") + (
+            f"/dp{replica}") + (f" {role}" if role else "")
+        named.append((key, int(pp.group(1)), lane))
     if not named or table.is_empty():
         return table
-    keys = pl.DataFrame({"_key": [k for k, _ in named], "_stage": [s for _, s in named]},
-                        schema={"_key": pl.String, "_stage": pl.Int32})
+    keys = pl.DataFrame(named, schema={"_key": pl.String, "_stage": pl.Int32, "_lane": pl.String}, orient="row")
     key = pl.concat_str([pl.col("pid").cast(pl.String), pl.col("tid").cast(pl.String)], separator="/")
     joined = table.with_columns(_key=key).join(keys, on="_key", how="left", maintain_order="left")
-    return joined.with_columns(stage=pl.coalesce("_stage", "stage")).drop("_key", "_stage")
+    on_cpu = pl.col("device").is_null()
+    return joined.with_columns(
+        stage=pl.coalesce("_stage", "stage"),
+        lane=pl.when(on_cpu & pl.col("_lane").is_not_null()).then("_lane").otherwise("lane"),
+    ).drop("_key", "_stage", "_lane")
 
 
 def _names(events: pl.DataFrame) -> tuple[dict[str, str], dict[str, str]]:

@@ -27,7 +27,8 @@ from pipebubble.report.words import reason_words
 # the table), "stage_bars" (the same per stage, HTML only), "memory" (facts and tables, ``memory``,
 # and in HTML a timeline per stage) and "legend" (what each utilization figure shown means) are drawn by each
 # renderer in its own way; the rest are tables (see ``table``).
-SECTIONS = ("findings", "facts", "timeline", "gpu_timeline", "critical_path", "stages", "stage_bars", "waits",
+SECTIONS = ("findings", "facts", "timeline", "gpu_timeline", "critical_path", "stages", "stage_bars", "replicas",
+            "workers", "waits",
             "recommendations", "memory", "requests", "request_latency", "collectives", "collective_ranks",
             "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle",
             "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
@@ -130,6 +131,8 @@ def table(report: Report, kind: str, origin_ns: int, layout: Layout | None = Non
     lo = layout or Layout()
     unit = lo.unit
     builders = {"stages": lambda: pipeline.stage_table(report, lo.bar_width, unit),
+                "replicas": lambda: pipeline.replica_table(report, unit),
+                "workers": lambda: pipeline.worker_table(report, unit),
                 "waits": lambda: pipeline.wait_table(report, origin_ns, unit),
                 "recommendations": lambda: pipeline.recommendation_table(report, unit),
                 "collective_ranks": lambda: collectives.rank_table(report, lo.rank_limit, unit),

@@ -30,6 +30,11 @@ def header(report: Report, unit: str = "ms") -> list[str]:
               f"throughput: compute-only bound {num(p.throughput_bound)} steps/s"
               + (f"; with exposed comm {num(p.throughput_bound_with_comm)} steps/s"
                  if p.throughput_bound_with_comm else "")]
+    if p.replicas is not None:
+        r = p.replicas
+        lines.append(f"replicas: {r.count} data-parallel replicas of this pipeline; the job's step"
+                     f" {time(r.step_time_ns, unit)} {unit}, bubble {pct(r.bubble_fraction)} (every worker over the"
+                     f" job's step); the stages shown are replica {r.analysed}'s, the slowest")
     billed = report.billed
     if p.idle_gpu_ns_per_step and p.step_time_ns:
         lines.append(f"idle: {time(p.idle_gpu_ns_per_step, unit)} {billed}-{unit} per step, of"
@@ -76,6 +81,44 @@ def stage_table(report: Report, bar_width: int = 10, unit: str = "ms") -> Table:
                  drop=(*(h for h, _ in extra), "= window", "comm in idle"))
 
 
+TOP_WORKERS = 10
+
+
+def replica_table(report: Report, unit: str = "ms") -> Table:
+    """A DP × PP job's replicas: each one's step and bubble over its own windows, its replayed step, and its
+    busiest stage's compute per step."""
+    r = report.pipeline.replicas if report.pipeline else None
+    if r is None:
+        return Table("Replicas", [], [])
+    rows = []
+    for row in r.rows:
+        top = max(range(len(row.stage_busy_ns)), key=lambda s: row.stage_busy_ns[s], default=None)
+        rows.append([f"dp{row.replica}" + (" (shown)" if row.replica == r.analysed else ""),
+                     time(row.step_time_ns, unit), pct(row.bubble_fraction),
+                     "-" if row.replayed_step_ns is None else time(row.replayed_step_ns, unit),
+                     "-" if top is None else f"s{top} {time(row.stage_busy_ns[top], unit)}"])
+    return Table(f"Replicas ({r.count}; each over its own step windows; the job's step is the slowest's, as the "
+                 "gradient sync waits for it)",
+                 ["replica", f"step {unit}", "bubble", f"replayed {unit}", f"busiest stage, {unit} compute/step"],
+                 rows, frozenset({1, 2, 3}), drop=(f"replayed {unit}",))
+
+
+def worker_table(report: Report, unit: str = "ms") -> Table:
+    """The workers furthest above their peers (the same stage in the other replicas), with the job's replayed
+    step were each at its peers' median."""
+    r = report.pipeline.replicas if report.pipeline else None
+    if r is None:
+        return Table("Workers", [], [])
+    shown = r.workers[:TOP_WORKERS]
+    rows = [[w.name, str(w.stage), str(w.replica), "-" if w.rank is None else str(w.rank),
+             time(w.compute_ns, unit), time(w.peers_ns, unit), f"{w.ratio:.2f}x",
+             "-" if w.worth_ns is None else time(w.worth_ns, unit)] for w in shown]
+    return Table(f"Workers (top {len(shown)} of {len(r.workers)}: compute per step against the same stage in the"
+                 " other replicas; given back: the job's replayed step less the same with it at their median)",
+                 ["worker", "stage", "replica", "rank", f"compute {unit}", f"peers {unit}", "ratio",
+                  f"given back {unit}"], rows, frozenset({1, 2, 3, 4, 5, 6, 7}), drop=("stage", "replica"))
+
+
 def _stage_name(stage: int, name: str) -> str:
     """``s1`` as on the timeline, plus the stage's own name when it says more."""
     short = f"s{stage}"
@@ -102,7 +145,8 @@ CAUSES = {"fill": "before the stage's first compute of the step (pipeline fill)"
           "downstream": "the next backward waited for its gradient from the stage after",
           "sync": "a host synchronize overlapped the gap", "comm": "communication covered most of the gap",
           "host": "its launching thread was busy (launch-bound)",
-          "collective": "spun in a collective until the last rank arrived", "unknown": "no cause found"}
+          "collective": "spun in a collective until the last rank arrived",
+          "dp_sync": "waited at its stage's gradient sync for the slowest replica", "unknown": "no cause found"}
 
 
 def wait_peer(w: Wait) -> str:
@@ -116,9 +160,10 @@ def wait_peer(w: Wait) -> str:
 
 
 def wait_where(w: Wait) -> str:
-    """The stage (``s2``); in a job that is not a pipeline, the rank, else the lane."""
+    """The stage (``s2``, with its worker's lane at a replicas' sync); in a job that is not a pipeline, the
+    rank, else the lane."""
     if w.stage is not None:
-        return f"s{w.stage}"
+        return f"s{w.stage} {w.lane}" if w.cause == "dp_sync" and w.lane else f"s{w.stage}"
     if w.rank is None and w.pid is None:
         return w.lane or "-"
     return who(w.rank, w.pid)

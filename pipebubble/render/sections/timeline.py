@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from pipebubble.render.cells import shorten
-from pipebubble.report import Report, Segment
+from pipebubble.report import Report, Segment, StepResult
 
 IDLE = "·"
 PHASES = {  # phase: (letter, legend text, rich style)
@@ -56,6 +56,7 @@ class Grid:
     every: int = 0  # 0: numbers in the cells; k: on a line under each row, every k-th pass
     gaps: bool = False  # whether a number line left out a number that would have touched the one before
     zoom: tuple[int, int] | None = None  # a --window (ns from the origin) narrow enough to number every pass
+    sampled: tuple[int, int] | None = None  # (step shown, steps): the steps lie apart, so one is shown
 
     @property
     def column_ns(self) -> int:
@@ -83,8 +84,25 @@ def select_window(report: Report, step: int | None, window: tuple[int, int] | No
     if window is not None:
         base = origin(report)
         return base + window[0], base + max(window[1], window[0] + 1)
+    first = sampled_step(report)
+    if first is not None:
+        return first.window_start_ns, first.window_end_ns
     start = min((s.start_ns for s in report.timeline), default=0)
     return start, max((s.end_ns for s in report.timeline), default=start + 1)
+
+
+SAMPLED = 3  # steps whose span is this many times their windows' sum lie apart (a sample of a job's steps)
+
+
+def sampled_step(report: Report) -> StepResult | None:
+    """The first step, where the pipeline's steps lie apart (a profiler sampling some of a job's steps): the
+    whole span would draw each as a column or two, so the timeline shows one step."""
+    steps = report.pipeline.steps if report.pipeline else []
+    if len(steps) < 2:
+        return None
+    span = max(s.window_end_ns for s in steps) - min(s.window_start_ns for s in steps)
+    windows = sum(s.window_end_ns - s.window_start_ns for s in steps)
+    return steps[0] if windows and span > SAMPLED * windows else None
 
 
 def row_keys(report: Report, lanes: bool) -> list[tuple[str, object]]:
@@ -139,9 +157,11 @@ def build(report: Report, width: int, *, step: int | None = None, window: tuple[
     base = origin(report)
     numbered = any(seg.microbatch is not None for segs in by_row.values() for seg in segs)
     zoom = _zoom(keys, by_row, start, end, columns, chunked, every, gaps) if numbered and every else None
+    first = sampled_step(report) if step is None and window is None else None
     return Grid(start, end, base, rows, axis(start - base, end - base, columns),
                 [p for p in PHASES if p in present], label_width, numbered, chunked, every if numbered else 0,
-                gaps and numbered, None if zoom is None else (zoom[0] - base, zoom[1] - base))
+                gaps and numbered, None if zoom is None else (zoom[0] - base, zoom[1] - base),
+                None if first is None else (first.step, len(report.pipeline.steps)))
 
 
 def _layout(keys: list[tuple[str, object]], by_row: dict[object, list[Segment]], start: int, end: int,
@@ -359,6 +379,8 @@ def legend(grid: Grid) -> str:
         numbers = ("a capital starts a pass; the number under it is its micro-batch"
                    + (" (.1: chunk 1)" if grid.chunked else "") + f", on {which}; ")
     text = "   ".join(parts) + f"   ({numbers}one column = {_ms(grid.column_ns, 1000)} ms; axis in ms)"
+    if grid.sampled is not None:
+        text += f"; step {grid.sampled[0]} of {grid.sampled[1]} steps that lie apart (--step N for another)"
     if grid.zoom is not None:
         text += f"; --window {grid.zoom[0] / 1e6:g}:{grid.zoom[1] / 1e6:g} numbers every pass in its first" \
                 f" {(grid.zoom[1] - grid.zoom[0]) / 1e6:g} ms"

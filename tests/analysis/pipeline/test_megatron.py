@@ -13,6 +13,7 @@ from fractions import Fraction
 import polars as pl
 import pytest
 from conftest import shared
+from megatron_timers import write_step_timers
 
 from pipebubble.gates.diff import diff
 from pipebubble.ingest import read_file
@@ -140,52 +141,6 @@ def test_megascan_diff_says_which_schedule_is_faster():
 # --- Megatron's step-timer timelines ---
 
 
-def write_step_timers(path, pp=4, dp=2, m=4, forward_us=100.0, heavy=None, steps=(3, 4, 9)):
-    """A step-timer timeline as Megatron writes one for a whole job: ``pid`` = DP rank, a thread per PP rank
-    and class (``PP rank {p}, TP rank 0, compute`` / ``pp-comm``), X events in float µs: ``forward-compute`` /
-    ``backward-compute`` with args {step, model_chunk, mb_id, seq_id}, ``forward-send`` / ``backward-recv`` on
-    the comm thread, ``optimizer`` on the misc thread after the step's passes; only the ``steps`` sampled (with
-    gaps), each 1 s apart.
-    GPipe: stage s's forward takes ``forward_us`` (× ``heavy[s]``), its backward twice that; F(s, k) starts when
-    F(s−1, k) and F(s, k−1) have ended, B(s, k) when B(s+1, k), B(s, k−1) and F(s, m−1) have. Returns the path
-    and, per replica and step, each stage's passes [(phase, mb, start, end)] in µs."""
-    heavy = heavy or {}
-    events, passes = [], {}
-    for d in range(dp):
-        for s in range(pp):
-            for c, kind in ((0, "compute"), (1, "pp-comm"), (2, "misc")):
-                events.append({"name": "thread_name", "ph": "M", "pid": d, "tid": 10 * s + c,
-                               "args": {"name": f"PP rank {s}, TP rank 0, {kind}"}})
-        for step in steps:
-            t0 = 1_000_000.0 * step + 7.5 * d
-            f_end, b_end, rows = {}, {}, {s: [] for s in range(pp)}
-            for k in range(m):
-                for s in range(pp):
-                    start = max(f_end.get((s - 1, k), t0), f_end.get((s, k - 1), t0))
-                    f_end[(s, k)] = start + forward_us * heavy.get(s, 1.0)
-                    rows[s].append(("forward", k, start, f_end[(s, k)]))
-            for k in range(m):
-                for s in reversed(range(pp)):
-                    start = max(b_end.get((s + 1, k), t0), b_end.get((s, k - 1), t0), f_end[(s, m - 1)])
-                    b_end[(s, k)] = start + 2 * forward_us * heavy.get(s, 1.0)
-                    rows[s].append(("backward", k, start, b_end[(s, k)]))
-            passes[(d, step)] = rows
-            for s, row in rows.items():
-                for phase, k, start, end in row:
-                    args = {"step": step, "model_chunk": 0, "mb_id": k, "seq_id": 0}
-                    events.append({"name": f"{phase}-compute", "ph": "X", "pid": d, "tid": 10 * s,
-                                   "ts": start, "dur": end - start, "args": args})
-                    if (phase == "forward" and s < pp - 1) or (phase == "backward" and s > 0):
-                        timer = "forward-send" if phase == "forward" else "backward-send"
-                        events.append({"name": timer, "ph": "X", "pid": d, "tid": 10 * s + 1, "ts": end,
-                                       "dur": 1.0, "args": {"step": step}})
-                last = max(end for other in rows.values() for *_, end in other)
-                events.append({"name": "optimizer", "ph": "X", "pid": d, "tid": 10 * s + 2, "ts": last + 5,
-                               "dur": 20.0, "args": {"step": step}})
-    path.write_text(json.dumps({"traceEvents": events}))
-    return path, passes
-
-
 def test_step_timer_timeline_is_a_pipeline(tmp_path):
     path, passes = write_step_timers(tmp_path / "timers.json")
     report = analyse(path)
@@ -207,19 +162,23 @@ def test_step_timer_timeline_is_a_pipeline(tmp_path):
     assert [s.microbatches for s in report.stages] == [4] * 4
 
 
-def test_step_timer_stages_are_the_first_replicas_threads(tmp_path):
+def test_step_timer_workers_are_named_by_stage_and_replica(tmp_path):
     path, _ = write_step_timers(tmp_path / "timers.json", dp=2)
     spans = read_file(path, use_cache=False).spans
     named = spans.filter(pl.col("stage").is_not_null())
-    # Ingest names every PP-rank thread's stage, in both replicas; the passes are named by their args.
+    # Ingest names every PP-rank thread's stage, in both replicas, and its lane by its coordinates and class;
+    # the passes are named by their args.
     assert named.select("pid", "stage").unique().sort("pid", "stage").rows() == [
         (d, s) for d in range(2) for s in range(4)]
+    assert {"pp1/dp0 compute", "pp1/dp0 pp-comm", "pp3/dp1 dp-comm", "pp0/dp1 misc"} <= set(named["lane"])
     assert "forward-compute (microbatch 2, model_chunk 0)" in set(spans["name"])
     from pipebubble.analysis.pipeline.stages import assign
 
     mapped = assign(spans)
-    assert mapped.names == ["pp0", "pp1", "pp2", "pp3"]
-    assert set(mapped.spans.filter(pl.col("stage").is_not_null())["pid"]) == {0}
+    assert mapped.names == [f"pp{s}/dp{d}" for d in range(2) for s in range(4)]
+    assert [(w.stage, w.replica) for w in mapped.workers] == [(f"pp{s}", d) for d in range(2) for s in range(4)]
+    by_pid = mapped.spans.filter(pl.col("stage").is_not_null()).select("pid", "stage").unique().sort("stage")
+    assert by_pid.rows() == [(d, d * 4 + s) for d in range(2) for s in range(4)]
 
 
 def test_step_timer_args_are_read_by_the_tolerant_decoder_too(tmp_path):

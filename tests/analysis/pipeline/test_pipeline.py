@@ -159,9 +159,10 @@ def test_unlabelled_gpu_passes_are_inferred_from_their_launching_operators(tmp_p
     assert pipe.bubble_fraction == pytest.approx(sim.bubble_fraction)
 
 
-def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_path):
+def test_pipeline_groups_from_pg_config_are_replicas(tmp_path):
     """8 ranks: two data-parallel replicas of a 4-stage pipeline, pipeline groups [0,2,4,6] and [1,3,5,7]
-    (the second replica twice as slow). The ranks' pg_config names the pipeline groups: 4 stages, replica 0."""
+    (the second replica twice as slow). The ranks' pg_config names the pipeline groups: 4 stages, 2 replicas,
+    the slow one analysed (the job waits for it)."""
     groups = [
         {"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(8))},
         {"pg_name": "1", "pg_desc": "mesh_pp", "ranks": [0, 2, 4, 6]},
@@ -174,8 +175,12 @@ def test_pipeline_group_from_pg_config_leaves_data_parallel_replicas_out(tmp_pat
     write_pipeline(tmp_path, slow, rank_of=lambda s: 2 * s + 1, world=8, groups=groups)
     report = analyse(tmp_path)
     assert [s.name for s in report.stages] == ["pp0", "pp1", "pp2", "pp3"]
-    assert [s.lanes for s in report.stages] == [[f"rank{2 * s}/gpu0"] for s in range(4)]
-    assert report.pipeline.bubble_fraction == pytest.approx(fast.bubble_fraction)
+    assert [s.lanes for s in report.stages] == [[f"rank{2 * s + 1}/gpu0"] for s in range(4)]
+    assert [(s.rank, s.replica) for s in report.stages] == [(2 * s + 1, 1) for s in range(4)]
+    assert report.pipeline.bubble_fraction == pytest.approx(slow.bubble_fraction)
+    rows = report.pipeline.replicas.rows
+    assert [r.bubble_fraction for r in rows] == pytest.approx([fast.bubble_fraction, slow.bubble_fraction])
+    assert [r.step_time_ns for r in rows] == [fast.step_time_ns, slow.step_time_ns]
 
 
 def test_cv_does_not_depend_on_the_order_of_its_values():
