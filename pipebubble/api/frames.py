@@ -14,7 +14,18 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple, Union, get_args, get_origin, get_type_hints
 
 from pipebubble.errors import PipebubbleError
-from pipebubble.report import Breakdown, KernelStat, Lane, MemoryDevice, MemoryStage, RequestRow, Stage, Wait
+from pipebubble.report import (
+    Breakdown,
+    KernelStat,
+    Lane,
+    MemoryDevice,
+    MemoryStage,
+    ReplicaRow,
+    RequestRow,
+    Stage,
+    Wait,
+    WorkerRow,
+)
 from pipebubble.report.findings import Finding
 
 if TYPE_CHECKING:
@@ -36,6 +47,10 @@ class Table(NamedTuple):
 TABLES: dict[str, Table] = {
     "lanes": Table(Lane, "lanes", "One row per GPU, GPU stream and CPU thread: busy and idle time"),
     "stages": Table(Stage, "stages", "One row per pipeline stage: busy, fill, drain, utilization"),
+    "replicas": Table(ReplicaRow, "pipeline.replicas.rows", "One row per data-parallel replica of a DP × PP "
+                      "job: its step, bubble, replayed step and each stage's compute"),
+    "workers": Table(WorkerRow, "pipeline.replicas.workers", "One row per worker (stage, replica) of a DP × PP job: "
+                     "compute against its peers' median and what its fix gives back"),
     "waits": Table(Wait, "waits", "The waits: idle gaps on a stage or lane, with cause and peer"),
     "breakdown": Table(Breakdown, "breakdown", "Each GPU's time (whole window, then per step) as compute, "
                        "exposed comm, exposed memory and idle by cause"),

@@ -93,6 +93,8 @@ def _unit_name(name: str, unit: str) -> str:
 def _cells(value: Any, key: str, subkeys: list[str] | None, unit: str) -> list[str]:
     if subkeys is not None:
         return [_time(value.get(sub), unit) for sub in subkeys]
+    if key.endswith("_ns") and isinstance(value, list | tuple):  # a time per stage: joined as any list
+        return [";".join(_time(v, unit) for v in value)]
     return [_time(value, unit) if key.endswith("_ns") else _plain(value)]
 
 

@@ -11,7 +11,8 @@ import sys
 import pipebubble as pb
 
 PUBLIC = ["Check", "Diff", "PipebubbleError", "Report", "Settings", "analyze", "check", "diff"]
-TABLES = ["lanes", "stages", "waits", "breakdown", "kernels", "findings", "memory", "memory_stages", "requests"]
+TABLES = ["lanes", "stages", "replicas", "workers", "waits", "breakdown", "kernels", "findings", "memory",
+          "memory_stages", "requests"]
 REPORT = ["data", "pipeline", "notes", "warnings", "tables", "table", "to_pandas", "to_dict", "render", "save",
           "_repr_html_"]
 VERDICT = ["passed", "render", "_repr_markdown_"]

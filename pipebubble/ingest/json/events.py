@@ -73,10 +73,13 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
     name: str | None = None  # process/thread names in metadata events
-    # a pass's micro-batch and model chunk (MegaScan's B/E pairs; Megatron's step timers: mb_id)
+    # a pass's micro-batch and model chunk (MegaScan's B/E pairs; Megatron's step timers: mb_id; other
+    # spellings: micro_batch, chunk)
     microbatch: int | None = None
     mb_id: int | None = None
+    micro_batch: int | None = None
     model_chunk: int | None = None
+    chunk: int | None = None
 
 
 _NO_ARGS = _Args()
@@ -276,9 +279,14 @@ def _fields(events: list[Any], with_args: bool = True) -> dict[str, list]:
         "ts": [e.ts for e in events],
         "external_id": [a.external_id for a in args] if with_args else none,
         "correlation": [a.correlation for a in args] if with_args else none,
-        "mb": [a.mb_id if a.microbatch is None else a.microbatch for a in args] if with_args else none,
-        "chunk": [a.model_chunk for a in args] if with_args else none,
+        "mb": [_first(a.microbatch, a.mb_id, a.micro_batch) for a in args] if with_args else none,
+        "chunk": [a.chunk if a.model_chunk is None else a.model_chunk for a in args] if with_args else none,
     }
+
+
+def _first(*values: int | None) -> int | None:
+    """The first of a pass's micro-batch spellings that the event has."""
+    return next((v for v in values if v is not None), None)
 
 
 def _labelled(columns: dict[str, list]) -> list:

@@ -50,7 +50,9 @@ class _LooseArgs(msgspec.Struct, gc=False):
     name: msgspec.Raw = _NO_VALUE
     microbatch: msgspec.Raw = _NO_VALUE
     mb_id: msgspec.Raw = _NO_VALUE
+    micro_batch: msgspec.Raw = _NO_VALUE
     model_chunk: msgspec.Raw = _NO_VALUE
+    chunk: msgspec.Raw = _NO_VALUE
 
 
 class _LooseMemoryArgs(msgspec.Struct, gc=False):
@@ -106,9 +108,10 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
         fields["correlation"].append(_int(args.correlation))
         fields["arg_name"].append(_string(args.name) if ph not in ("X", "i") else None)
         passes = ph in ("X", "B", "E", "b", "e")
-        mb = _int(args.microbatch)
-        fields["mb"].append((_int(args.mb_id) if mb is None else mb) if passes else None)
-        fields["chunk"].append(_int(args.model_chunk) if passes else None)
+        mb = next((v for v in map(_int, (args.microbatch, args.mb_id, args.micro_batch)) if v is not None), None)
+        chunk = _int(args.model_chunk)
+        fields["mb"].append(mb if passes else None)
+        fields["chunk"].append((_int(args.chunk) if chunk is None else chunk) if passes else None)
         if ph == "X":  # a pair is named when it is paired, its args merged
             fields["name"][-1] = args_label(fields["name"][-1], fields["mb"][-1], fields["chunk"][-1])
     fields |= _memory_columns(memory, len(texts))

@@ -189,3 +189,22 @@ def test_step_timer_args_are_read_by_the_tolerant_decoder_too(tmp_path):
     fast = read_file(write_step_timers(tmp_path / "fast.json", dp=1)[0], use_cache=False).spans
     tolerant = read_file(path, use_cache=False).spans
     assert sorted(tolerant["name"].unique()) == sorted(fast["name"].unique())
+
+
+@pytest.mark.parametrize("tolerant", [False, True])
+@pytest.mark.parametrize(("mb", "chunk"), [("micro_batch", "chunk"), ("microbatch", "model_chunk"),
+                                           ("mb_id", "chunk")])
+def test_pass_args_are_read_in_every_spelling(tmp_path, mb, chunk, tolerant):
+    """A pass's micro-batch as ``microbatch``, ``mb_id`` or ``micro_batch`` and its chunk as ``model_chunk`` or
+    ``chunk`` name it alike, in the fast decoder and the event-by-event one."""
+    path, _ = write_step_timers(tmp_path / "timers.json", dp=1)
+    expected = set(read_file(path, use_cache=False).spans["name"])
+    trace = json.loads(path.read_text())
+    for event in trace["traceEvents"]:
+        args = event.get("args", {})
+        if "mb_id" in args:
+            event["args"] = {"iteration": args["step"], mb: args["mb_id"], chunk: args["model_chunk"]}
+    if tolerant:
+        trace["traceEvents"].append({"name": "odd", "ph": "?", "ts": 0, "pid": 0, "tid": 0})
+    path.write_text(json.dumps(trace))
+    assert set(read_file(path, use_cache=False).spans["name"]) == expected

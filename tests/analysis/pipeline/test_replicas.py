@@ -142,3 +142,26 @@ def test_a_real_pipeline_twice_is_two_equal_replicas(tmp_path):
     assert report.pipeline.bubble_fraction == pytest.approx(alone.pipeline.bubble_fraction)
     assert all(w.ratio == pytest.approx(1.0) for w in rep.workers)
     assert not any(f.kind == "slow_worker" for f in report.findings)
+
+
+def test_a_replicated_job_in_every_format(tmp_path, capsys, monkeypatch):
+    """The step-timer DP × PP job through the command line in every analyze format (CSV with each table, the
+    replicas' and workers' too): each exits 0 with output its format promises, and the text names the slow
+    worker and shows the replicas."""
+    from every_format import assert_valid, cases
+
+    from pipebubble import cli
+
+    path, _ = write_step_timers(tmp_path / "slow.json", pp=4, dp=4, m=8, slow={(0, 0): 2.2}, steps=STEPS)
+    monkeypatch.chdir(tmp_path)
+    for what, args in cases():
+        with pytest.raises(SystemExit) as done:
+            cli.main(["analyze", str(path), *args])
+        out, err = capsys.readouterr()
+        assert done.value.code == 0, f"{what}: {err}"
+        assert_valid(path, what, out)
+        if what == "text":
+            flat = " ".join(out.split())
+            assert "worker pp0/dp0 (stage 0, replica 0)" in flat and "Replicas (4;" in flat
+        if what == "csv workers":
+            assert out.splitlines()[1].startswith("0,0,pp0/dp0,,")
