@@ -53,7 +53,14 @@ def write_step_timers(path, pp=4, dp=2, m=4, forward_us=100.0, heavy=None, slow=
                         timer = "forward-send" if phase == "forward" else "backward-send"
                         events.append({"name": timer, "ph": "X", "pid": d, "tid": 10 * s + 1, "ts": end,
                                        "dur": 1.0, "args": {"step": step}})
+                    if phase == "backward" and s < pp - 1 and k < m - 1:
+                        # a combined send-and-receive is written twice, with the same ts and dur
+                        both = {"name": "backward-send-forward-recv", "ph": "X", "pid": d, "tid": 10 * s + 1,
+                                "ts": end + 0.5, "dur": 2.0, "args": {"step": step}}
+                        events += [both, dict(both)]
                 last = row[-1][3]
+                events.append({"name": "params-all-gather", "ph": "X", "pid": d, "tid": 10 * s + 2,
+                               "ts": row[0][2] - 3.0, "dur": 2.0, "args": {"step": step}})
                 events.append({"name": "grads-reduce-scatter", "ph": "X", "pid": d, "tid": 10 * s + 2, "ts": last,
                                "dur": synced[s] - last, "args": {"step": step}})
                 events.append({"name": "optimizer", "ph": "X", "pid": d, "tid": 10 * s + 3, "ts": synced[s] + 5,

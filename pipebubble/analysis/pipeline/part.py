@@ -132,9 +132,12 @@ def _labelled_ranks(spans: pl.DataFrame, ranks: list[int], regex: str | None, gr
 
 
 def _ranks_of(spans: pl.DataFrame) -> dict[int, int]:
-    """Each stage's rank, where all its spans are of one."""
+    """Each stage's rank, where all its spans are of one and the ranks tell the stages apart (a file of
+    several processes, one rank to the file, names no stage's rank)."""
     per = spans.lazy().filter(pl.col("stage").is_not_null() & pl.col("rank").is_not_null()).group_by("stage").agg(
         pl.col("rank").min().alias("rank"), pl.col("rank").n_unique().alias("n")).collect(engine=ENGINE)
+    if per.height > 1 and per["rank"].n_unique() < per.height:
+        return {}
     return {s: r for s, r, n in per.iter_rows() if n == 1}
 
 
