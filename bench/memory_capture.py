@@ -75,7 +75,8 @@ def capture_command(args, schedule: str, microbatches: int, out: Path) -> list[s
     """The command line of one capture (one profiled step, the default wait and warm-up)."""
     return [sys.executable, "-m", "pipebubble", "capture", "--workload", "pipeline", "--schedule", schedule,
             "--stages", str(args.stages), "--microbatches", str(microbatches), "--batch", str(args.batch),
-            "--hidden", str(args.hidden), "--layers", str(args.layers), "--active", "1", "--quiet", "-o", str(out)]
+            "--hidden", str(args.hidden), "--layers", str(args.layers), "--active", "1", "--quiet", "--force", "-o",
+            str(out)]  # --force: a --keep folder's earlier capture is replaced
 
 
 def run_capture(args, schedule: str, microbatches: int, out: Path) -> float:

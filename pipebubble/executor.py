@@ -7,11 +7,16 @@ mostly fixed per call is paid once per batch. Given ``wire`` (``pack``, ``unpack
 of work made in another process (a pool worker, a Ray task) cross as ``pack(results)`` and are unpacked
 here; those made in this process are taken as they are. Nothing here knows what the work is: ingest uses
 it to read files, the map/reduce to map them. ``pool`` also decodes the blocks of one big file in parallel.
+
+Where the work ran other than ``Scale`` asked (one file on Ray runs here; a report from the cache maps
+nothing) is recorded by ``ran_here`` and handed to the command line by ``notes``, which says it on stderr; a
+Ray cluster that cannot be reached is a ``PipebubbleError`` naming its address.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 from collections import deque
@@ -40,6 +45,10 @@ BATCH_FILE_BYTES = 4 << 20
 #: (its queries: about 0.1 CPU-s, the work of some 20 small rank files), so fewer, bigger batches cost less;
 #: two per core still even out what the cores get.
 MAX_BATCH, MAX_BATCH_BYTES, BATCHES_PER_CORE = 64, 16 << 20, 2
+#: Seconds a Ray cluster's address may take to accept a connection before it is said to be unreachable (Ray
+#: itself retries for minutes).
+RAY_CONNECT_S = 5.0
+_ran_here: list[str] = []  # where work ran other than asked, since the command line last read it (``notes``)
 
 
 def each(
@@ -55,15 +64,32 @@ def each(
     """``fn(path, position, **kwargs)`` for every job on ``scale``'s executor, results in job order; small
     files go to ``batch(jobs, **kwargs)`` a few at a time where it is given (the local executor). Each
     result is passed through ``then`` in this process as it arrives (while the rest are still running);
-    ``wire``'s ``pack`` and ``unpack`` carry those made in other processes."""
-    if scale.executor == "ray":
+    ``wire``'s ``pack`` and ``unpack`` carry those made in other processes. One file on Ray is mapped in this
+    process instead (a cluster would only add its start-up), and ``ran_here`` records so."""
+    if scale.executor == "ray" and len(jobs) != 1:
         out = on_ray(jobs, fn, scale, on_done, pack=wire and wire[0], **kwargs)
         out = [value for blob in out for value in wire[1](blob)] if wire else out
         return [then(value) for value in out] if then else out
-    if scale.executor == "local":
-        return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs), then,
-                     wire)
-    raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
+    if scale.executor == "ray":
+        ran_here(scale, "one file is mapped in this process (Ray maps two or more)")
+    elif scale.executor != "local":
+        raise PipebubbleError(f"--executor must be one of {', '.join(EXECUTORS)}, not {scale.executor!r}")
+    return local(jobs, partial(fn, **kwargs), scale.workers, on_done, batch and partial(batch, **kwargs), then, wire)
+
+
+def ran_here(scale: Scale, why: str) -> None:
+    """Record that ``scale`` asked for another executor than this process's own (``local``), but ``why`` it
+    was not used; said once, however often it is recorded."""
+    line = f"--executor {scale.executor} was not used: {why}"
+    if scale.executor != "local" and line not in _ran_here:
+        _ran_here.append(line)
+
+
+def notes() -> list[str]:
+    """What ``ran_here`` recorded since the last call: the command line says each on stderr."""
+    out = list(_ran_here)
+    _ran_here.clear()
+    return out
 
 
 def one_thread_each(files: int, scale: Scale) -> None:
@@ -299,14 +325,7 @@ def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, 
     except ImportError:
         raise PipebubbleError("--executor ray needs Ray: pip install 'pipebubble[ray]'") from None
     if not ray.is_initialized():
-        ray.init(
-            address=scale.ray_address,
-            num_cpus=None if scale.ray_address else scale.workers,
-            include_dashboard=False,
-            ignore_reinit_error=True,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        _connect(ray, scale)
     task = ray.remote(_packed)
     if scale.memory_budget is not None:  # a cluster's workers are not started from this process: tell them
         from pipebubble import budget
@@ -317,6 +336,44 @@ def on_ray(jobs: list[Job], fn: Callable, scale: Scale, on_done: OnDone = None, 
         for path, _ in jobs:
             on_done(path)
     return out
+
+
+def _connect(ray: Any, scale: Scale) -> None:
+    """``ray.init`` on ``scale``'s cluster (none given: a local one started for this command). An address that
+    does not answer, or ``auto`` with no cluster running, is a one-line error naming it, not Ray's minutes of
+    retries or its own words (which name its ``--address`` flag)."""
+    address = scale.ray_address
+    if address not in (None, "auto", "local"):
+        _answers(address)
+    try:
+        ray.init(
+            address=address,
+            num_cpus=None if address else scale.workers,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except ConnectionError as exc:
+        if address == "auto":
+            raise PipebubbleError("--ray-address auto: no Ray cluster is running on this machine (start one with "
+                                  "`ray start --head`, or leave out --ray-address to start one for this command)"
+                                  ) from None
+        where = f"--ray-address {address}" if address else "--executor ray: starting a local Ray cluster"
+        raise PipebubbleError(f"{where}: Ray could not connect: {str(exc).partition('. ')[0]}") from None
+
+
+def _answers(address: str) -> None:
+    """Refuse, in one line, a cluster address (``HOST:PORT`` or ``ray://HOST:PORT``) that accepts no
+    connection within ``RAY_CONNECT_S``."""
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise PipebubbleError(f"--ray-address {address}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise PipebubbleError(f"--ray-address {address}: no Ray cluster answers there ({why})") from None
 
 
 def _packed(fn: Callable, pack: Callable | None, path: str, position: int, **kwargs: Any) -> Any:

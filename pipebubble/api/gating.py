@@ -69,12 +69,13 @@ def check(report: Any, *, max_bubble: float | str | None = None, max_excess_bubb
           max_imbalance: float | str | None = None, max_wait_ms: float | str | None = None,
           max_decode_slowdown: float | str | None = None, max_finding: float | str | None = None,
           max_ttft_p99: float | str | None = None, max_tpot_p99: float | str | None = None,
-          max_queue_p99: float | str | None = None, strict: bool = False, config: PathLike | None = None,
-          **settings: Any) -> Check:
+          max_queue_p99: float | str | None = None, strict: bool = False, allow_partial: bool = False,
+          config: PathLike | None = None, **settings: Any) -> Check:
     """Gate a run as ``pipebubble check`` does, without exiting: ``report`` is a Report (or paths, analysed
     with ``settings``); thresholds as its flags take them (``max_bubble=0.3`` or ``"30%"``,
     ``max_wait_ms="500us"``), over the ``[check]`` table of pipebubble.toml. ``strict``: a gate the report
-    cannot evaluate fails.
+    cannot evaluate fails. An incomplete input (a file cut off, events lost, ranks missing) fails first unless
+    ``allow_partial``.
 
     >>> result = pipebubble.check("sample_traces/pipeline_1f1b", max_bubble=0.05)
     >>> result.passed, [g.status for g in result.gates]
@@ -90,7 +91,7 @@ def check(report: Any, *, max_bubble: float | str | None = None, max_excess_bubb
     started, clock = _now(), time.monotonic()
     judged = made(report, config, settings)
     try:
-        result = gates.check(judged.to_dict(), thresholds, strict)
+        result = gates.check(judged.to_dict(), thresholds, strict, allow_partial)
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
     return _as(Check, result, source=_source(report), timestamp=started, seconds=time.monotonic() - clock)
@@ -99,10 +100,10 @@ def check(report: Any, *, max_bubble: float | str | None = None, max_excess_bubb
 @public
 @with_settings
 def diff(base: Any, new: Any, *, tolerance: float | str | None = None, strict: bool = False,
-         config: PathLike | None = None, **settings: Any) -> Diff:
+         allow_partial: bool = False, config: PathLike | None = None, **settings: Any) -> Diff:
     """Compare a run with a baseline as ``pipebubble diff`` does, without exiting: each is a Report (or paths,
     analysed with ``settings``); ``tolerance`` is the relative worsening allowed (``0.05`` or ``"5%"``; default
-    the ``[diff]`` table of pipebubble.toml, else 5 %).
+    the ``[diff]`` table of pipebubble.toml, else 5 %). An incomplete input fails unless ``allow_partial``.
 
     >>> r = pipebubble.analyze("sample_traces/pipeline_1f1b")
     >>> pipebubble.diff(r, r).regressions
@@ -117,7 +118,7 @@ def diff(base: Any, new: Any, *, tolerance: float | str | None = None, strict: b
         if not report.lanes:
             raise PipebubbleError(f"{_source(subject) or 'report'}: nothing to compare: the report has no lanes")
     try:
-        result = gates.diff(reports[0].to_dict(), reports[1].to_dict(), allowed, strict)
+        result = gates.diff(reports[0].to_dict(), reports[1].to_dict(), allowed, strict, allow_partial)
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
     return _as(Diff, result, base=_source(base), new=_source(new), timestamp=started,

@@ -61,7 +61,8 @@ _registered: set[str] = set()
 def _register(argv: list[str] | None = None) -> None:
     """Add the subcommands (tests call this as well as ``main``). A command line that names one, as in
     ``pipebubble analyze ...``, imports and builds only that one; anything else (``--help``, a typo) gets
-    them all, so that typer can list them or say which names exist."""
+    them all, so that typer can list them or say which names exist. A command that reads paths, run
+    without them, says what it needs in two lines (``NEEDS_PATHS``), never its whole help."""
     import importlib
 
     named = _named(argv)
@@ -69,6 +70,9 @@ def _register(argv: list[str] | None = None) -> None:
         if name not in _registered:
             _registered.add(name)
             importlib.import_module(f"pipebubble.cli.{name}").register(app)
+    for info in app.registered_commands:  # without its paths, a command says so (``_missing_paths``), not its help
+        if (info.name or getattr(info.callback, "__name__", None)) in NEEDS_PATHS:
+            info.no_args_is_help = False
 
 
 def _named(argv: list[str] | None) -> str | None:
@@ -171,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:  # usage errors: typer prints them with the command's usage line
+        missing = _missing_paths(exc)
+        if missing is not None:
+            print(missing, file=sys.stderr)
+            sys.exit(BAD_INPUT)
         show = getattr(exc, "show", None)
         if show is not None:
             show()
@@ -192,6 +200,30 @@ def main(argv: list[str] | None = None) -> None:
         _internal_error(exc)
         sys.exit(INTERNAL)
     sys.exit(code if isinstance(code, int) else OK)
+
+
+#: What a command that reads paths needs, and one example, said when it is run without them.
+NEEDS_PATHS = {
+    "analyze": ("a trace file, a folder of per-rank traces or a saved JSON report", "pipebubble analyze traces/"),
+    "check": ("the run to gate: a trace file, a folder of per-rank traces or a saved JSON report",
+              "pipebubble check traces/ --max-bubble 30%"),
+    "diff": ("two paths, the baseline and the run to judge: saved JSON reports, trace files or folders",
+             "pipebubble diff baseline.json traces/"),
+    "export": ("a trace file or a folder of per-rank traces", "pipebubble export traces/ -o annotated.pftrace"),
+}
+
+
+def _missing_paths(exc: Exception) -> str | None:
+    """A command of NEEDS_PATHS run without its paths (no arguments at all, or options only): the error in one
+    line and one example, not the whole help or typer's usage lines; None for any other usage error."""
+    ctx = getattr(exc, "ctx", None)
+    command = getattr(ctx, "info_name", None)
+    kinds = {kind.__name__ for kind in type(exc).__mro__}  # typer's bundled click names them; it exports neither
+    argument = getattr(getattr(exc, "param", None), "param_type_name", None) == "argument"
+    if command not in NEEDS_PATHS or not ("NoArgsIsHelpError" in kinds or ("MissingParameter" in kinds and argument)):
+        return None
+    what, example = NEEDS_PATHS[command]
+    return f"pipebubble: error: {command} needs {what}\n  e.g. {example}   (pipebubble {command} -h for every option)"
 
 
 def _internal_error(exc: BaseException) -> None:

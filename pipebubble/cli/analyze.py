@@ -8,7 +8,8 @@ import typer
 
 from pipebubble.cli import flags
 from pipebubble.cli.flags import OUTPUT
-from pipebubble.cli.output import check_output, console_wants_color, progress, warn, write_text
+from pipebubble.cli.output import check_output, console_wants_color, executor_notes, progress, warn, write_text
+from pipebubble.errors import PipebubbleError
 from pipebubble.options import Options, Scale
 from pipebubble.render import choices, formats
 
@@ -68,32 +69,41 @@ def analyze(
         fmt = formats.pick("analyze", format, output)
         if table is not None and fmt.name != "csv":
             raise ValueError(f"--table chooses the table of --format csv, not of {fmt.name}")
-        zoom = _window(window)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    zoom = _window(window)
     check_output("analyze", fmt, output)
     with progress(paths, quiet) as advance:
         report = run(paths, options, scale, on_file=advance)
     # The cache may have turned out unusable only while the report was stored: say so once as well.
-    warn([*report.ingest.warnings, *(w for w in cache.warnings() if w not in report.ingest.warnings)])
+    warn([*report.ingest.warnings, *(w for w in cache.warnings() if w not in report.ingest.warnings),
+          *executor_notes()])
     try:
         text = fmt.render(report, formats.Options(width=width, color=output is None and console_wants_color(),
                                                   step=step, window=zoom, lanes=lanes,
                                                   timeunit=timeunit.value, top=top,
                                                   table=table.value if table is not None else formats.Options.table))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    except ValueError as exc:  # a --step or --window the report has no timeline for: one line, as bad input
+        raise PipebubbleError(str(exc)) from None
     write_text(text, output, quiet)
 
 
 def _window(text: str | None) -> tuple[int, int] | None:
+    """``--window START:END`` (ms from the timeline's start) in ns, checked before any trace is read: text that
+    is not two numbers, or a window that ends where or before it starts, is refused in one line."""
     if text is None:
         return None
-    start, sep, end = text.partition(":")
+    start, _, end = text.partition(":")
     try:
-        return int(float(start) * 1e6), int(float(end) * 1e6)
-    except ValueError:
-        raise typer.BadParameter(f"--window expects START:END in ms, got {text!r}") from None
+        first, last = int(float(start) * 1e6), int(float(end) * 1e6)
+    except (ValueError, OverflowError):  # not numbers, or nan / inf
+        raise PipebubbleError(f"--window expects START:END in ms, e.g. --window 100:250, not {text!r}") from None
+    if last == first:
+        raise PipebubbleError(f"--window {text} is empty: it ends where it starts (START:END in ms, END after START)")
+    if last < first:
+        raise PipebubbleError(f"--window {text} ends before it starts ({end.strip()} ms is before {start.strip()} "
+                              f"ms); did you mean --window {end.strip()}:{start.strip()}?")
+    return first, last
 
 
 def register(app: typer.Typer) -> None:

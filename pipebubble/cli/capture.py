@@ -32,6 +32,11 @@ reaches the terminal as it would without capture, but for the profiler's own mes
 DIR/capture.log."""
 
 
+#: What a capture writes (``capture.metadata.METADATA_NAME``, ``capture.runner.TRACE_PATTERN``), named here too
+#: so that an earlier capture is refused before the capture package (which needs torch) is loaded.
+EARLIER_CAPTURE = ("capture.json", "rank*.pt.trace.json.gz")
+
+
 def register(app: typer.Typer) -> None:
     settings = {"allow_extra_args": True, "ignore_unknown_options": True}
     app.command("capture", help=HELP, epilog=EXAMPLES, context_settings=settings,
@@ -49,9 +54,11 @@ def capture(
     warmup: Annotated[int, Opt(help="Steps profiled but thrown away.")] = 1,
     active: Annotated[int, Opt(help="Steps recorded.")] = 2,
     record_shapes: Annotated[bool, Opt("--record-shapes", help="Record operator input shapes.")] = False,
-    no_memory: Annotated[bool, Opt("--no-memory", help="Do not record allocator memory ([memory] events of "
+    no_memory: Annotated[bool, Opt("--no-memory", help="Do not record allocator memory (\\[memory] events of "
                                    "every allocation and free, on by default).")] = False,
     analyze: Annotated[bool, Opt("--analyze", help="Run `pipebubble analyze` on the traces.")] = False,
+    force: Annotated[bool, Opt("--force", help="Replace an earlier capture in the output folder (its traces, "
+                               "capture.json and capture.log are deleted first).")] = False,
     width: flags.Width = None,
     quiet: flags.Quiet = False,
     workload: Annotated[str | None, Opt(help="Bundled workload instead of a command: pipeline | serve "
@@ -60,7 +67,7 @@ def capture(
     stages: Annotated[int, Opt(help="pipeline: ranks (stages per rank: 2 when interleaved).")] = 4,
     microbatches: Annotated[int, Opt(help="pipeline: micro-batches per step.")] = 8,
     batch: Annotated[int | None, Opt(help="pipeline: the global batch in rows, split evenly into the micro-batches "
-                                     "[default: 32 rows per micro-batch].")] = None,
+                                     "\\[default: 32 rows per micro-batch].")] = None,
     imbalance: Annotated[float, Opt(help="pipeline: the last stage does this many times the work.")] = 1.0,
     hidden: Annotated[int, Opt(help="pipeline: model width.")] = 1024,
     layers: Annotated[int, Opt(help="pipeline: MLP blocks in the whole model.")] = 8,
@@ -73,6 +80,7 @@ def capture(
                                      "its tokens back after the next is launched (vLLM V1 async scheduling); "
                                      "on a GPU the step ranges close before their kernels run.")] = False,
 ) -> None:
+    _refuse_earlier(output, force)  # before the capture package loads: it needs torch, a refusal does not
     from pipebubble.capture import CaptureOptions
     from pipebubble.capture import capture as run_capture
     from pipebubble.capture.progress import Lines, describe
@@ -99,6 +107,22 @@ def capture(
     _say(quiet, _wrote(result, output))
     code = _analyze(ctx, result.traces, width, quiet) if analyze and result.traces else 0
     raise typer.Exit(result.exit_code or code)
+
+
+def _refuse_earlier(output: Path, force: bool) -> None:
+    """A folder that holds an earlier capture is written over only with --force; else one line naming it."""
+    from pipebubble.errors import CaptureError
+
+    if force or not output.is_dir():
+        return
+    metadata, pattern = EARLIER_CAPTURE
+    found = [metadata] if (output / metadata).exists() else []
+    traces = len(list(output.glob(pattern)))
+    if traces:
+        found.append(f"{traces} trace{'s' if traces != 1 else ''}")
+    if found:
+        raise CaptureError(f"{_shown(output)} holds an earlier capture ({', '.join(found)}): --force replaces it, "
+                           "or choose another --output")
 
 
 def _say(quiet: bool, *lines: str) -> None:

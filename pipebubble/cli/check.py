@@ -32,6 +32,7 @@ def check(
     max_tpot_p99: flags.MaxTpotP99 = None,
     max_queue_p99: flags.MaxQueueP99 = None,
     strict: flags.Strict = False,
+    allow_partial: flags.AllowPartial = False,
     config: flags.Config = None,
     options: Options = Options(),  # built from the flags by flags.analysing
     scale: Scale = Scale(),
@@ -41,9 +42,9 @@ def check(
     quiet: flags.Quiet = False,
 ) -> None:
     """Gate a run: each gate with its measured value, threshold and PASS/FAIL/SKIP (SKIP: the trace lacks the
-    metric, e.g. --max-bubble on a trace that is not a pipeline; --strict makes that a failure). Fractions take
-    0.3 or 30%. Exit 0 when all pass, 1 when any fails, 2 for bad input. Flags win over the check table of
-    pipebubble.toml.
+    metric, e.g. --max-bubble on a trace that is not a pipeline; --strict makes that a failure). An incomplete
+    input (a file cut off, ranks missing) fails first, unless --allow-partial. Fractions take 0.3 or 30%. Exit 0
+    when all pass, 1 when any fails, 2 for bad input. Flags win over the check table of pipebubble.toml.
 
     Examples:
 
@@ -69,7 +70,8 @@ def check(
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     report = run(paths, options, scale)
     warn(read_warnings(report, paths))
-    result = replace(pipebubble.check(report, **thresholds, strict=strict, config=config), source=_source(paths),
+    result = replace(pipebubble.check(report, **thresholds, strict=strict, allow_partial=allow_partial,
+                                               config=config), source=_source(paths),
                      timestamp=started, seconds=time.monotonic() - clock)
     warn(warnings(result))
     write_text(result.render(format.value, timeunit.value), output, quiet)

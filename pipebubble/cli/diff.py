@@ -22,6 +22,7 @@ def diff(
     new: Annotated[Path, typer.Argument(help="The run to judge: a saved JSON report, a trace file or a folder.")],
     tolerance: flags.Tolerance = None,
     strict: flags.Strict = False,
+    allow_partial: flags.AllowPartial = False,
     format: flags.GateFormatOpt = flags.GateFormat.text,
     output: flags.Output = None,
     timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
@@ -34,7 +35,8 @@ def diff(
     top kernel (by rank, device, stream and thread order, never PID; streams whose ids differ by order of first
     use), and each wait (by step, stage, cause, neighbours and order). Exit 1 naming each metric that worsened
     by more than the tolerance of its baseline value, 0 otherwise (improvements are listed too), 2 for bad
-    input. README "CI gates" defines "worse".
+    input. An incomplete input (a file cut off, fewer ranks or steps than the baseline) fails unless
+    --allow-partial, and its changes are never improvements. README "CI gates" defines "worse".
 
     Examples:
 
@@ -60,7 +62,8 @@ def diff(
         if not report.lanes:
             raise PipebubbleError(f"{path}: nothing to compare: the report has no lanes")
     # the flag as given (checked above, in the flag's words), the API parsing it as every caller's
-    result = replace(pipebubble.diff(before, after, tolerance=tolerance, strict=strict, config=config),
+    result = replace(pipebubble.diff(before, after, tolerance=tolerance, strict=strict,
+                                             allow_partial=allow_partial, config=config),
                      base=str(base), new=str(new),
                      timestamp=started, seconds=time.monotonic() - clock)
     warn(warnings(result))

@@ -33,7 +33,7 @@ def export(
 
       pipebubble export runs/rank*.json.gz -o annotated.json.gz
     """
-    from pipebubble.cli.output import progress, warn, write_text
+    from pipebubble.cli.output import executor_notes, progress, warn, write_text
     from pipebubble.ingest import find_traces
     from pipebubble.ingest.json import extras
     from pipebubble.render.perfetto.flows import attach
@@ -46,7 +46,8 @@ def export(
     with progress(paths, quiet) as advance:
         report, table = with_spans(paths, options, scale, on_file=advance)
     found = extras.read(extras.sources(table, find_traces(paths)), scale)  # args and flows: the export's alone
-    warn(list(dict.fromkeys([*report.ingest.warnings, *found.warnings])))  # a deep value: both reads say it
+    # a deep value: both reads say it
+    warn(list(dict.fromkeys([*report.ingest.warnings, *found.warnings])) + executor_notes())
     table = attach(table, found.args, found.flows)
     write_text(fmt.render(report, formats.Options(spans=table)), output, quiet)
 

@@ -18,7 +18,9 @@ import typer
 
 from pipebubble.options import EXECUTORS, STAGE_BY, Options, Scale, merge
 from pipebubble.render.choices import CSV_TABLES, TIME_UNITS
+from pipebubble.render.formats import Options as RenderOptions
 from pipebubble.render.formats import choices as format_choices
+from pipebubble.render.formats import names as format_names
 
 PIPELINE = "Pipeline"
 OUTPUT = "Output"
@@ -38,17 +40,36 @@ OutputDir = Annotated[Path, typer.Option("--output", "-o", "--out", help="Folder
                                          rich_help_panel=OUTPUT)]
 Width = Annotated[int | None, typer.Option("--width", min=20, help="Columns of text output (default: the terminal's).",
                                            rich_help_panel=OUTPUT)]
+
+
+def listed(names: list[str] | tuple[str, ...], last: str = "or") -> str:
+    """``a, b or c``: names as a help text lists them."""
+    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+_GATE_JSON = "JSON gives each value in the unit it names"
+#: What --timeunit leaves as it is, by command: JSON, and what else keeps its own unit.
+TIMES_KEPT = {"analyze": "JSON stays in ns; the timeline's axis and the serving section stay in ms",
+              "check": _GATE_JSON, "diff": _GATE_JSON}
+
+
+def time_unit(command: str) -> Any:
+    """``--timeunit`` as ``command`` takes it: its help names that command's formats that show times."""
+    shown = [name for name in format_names(command) if name != "json"]
+    return Annotated[TimeUnit, typer.Option(
+        "--timeunit", help=f"Unit of the times in {listed(shown, 'and')} output: {listed(TIME_UNITS)} "
+        f"({TIMES_KEPT[command]}). E.g. --timeunit us.", rich_help_panel=OUTPUT)]
+
+
 # Output flags: how a report is rendered (formats.Options), never what is analysed (not in the report cache's key)
-TimeUnitOpt = Annotated[TimeUnit, typer.Option(
-    "--timeunit", help="Unit of the times in text, markdown, html and csv output: ns, us, ms or s (JSON stays in "
-    "ns; the timeline's axis and the serving section stay in ms). E.g. --timeunit us.", rich_help_panel=OUTPUT)]
+TimeUnitOpt = time_unit("analyze")  # check and diff get their own (``analysing``)
 Top = Annotated[int, typer.Option(
     "--top", min=1, help="Rows of the kernel, runtime API and annotation range tables, biggest total first (JSON and "
     "csv hold every one). E.g. --top 40.", rich_help_panel=OUTPUT)]
 TableOpt = Annotated[CsvTable | None, typer.Option(
-    "--table", help="The table --format csv writes, one row per item: kernels (the default), breakdown (GPU time "
-    "per GPU and step), lanes, waits or stages. E.g. --format csv --table breakdown -o gpu_time.csv.",
-    rich_help_panel=OUTPUT)]
+    "--table", help="The table --format csv writes, one row per item: "
+    f"{listed([f'{t} (the default)' if t == RenderOptions.table else t for t in CSV_TABLES])}. "
+    "E.g. --format csv --table breakdown -o gpu_time.csv.", rich_help_panel=OUTPUT)]
 Config = Annotated[Path | None, typer.Option("--config", help="Settings file (default: pipebubble.toml or "
                                              "tool.pipebubble in pyproject.toml, searched upward).")]
 StageByOpt = Annotated[StageBy | None, typer.Option(
@@ -70,7 +91,8 @@ WaitThreshold = Annotated[float | None, typer.Option(
     "--wait-threshold", help="Report idle gaps longer than this fraction of the step (default 0.01).",
     rich_help_panel=PIPELINE)]
 GpuCost = Annotated[float | None, typer.Option(
-    "--gpu-cost", help="USD per GPU-hour: idle dollars and the price of a useful GPU-hour.",
+    "--gpu-cost", help="USD per GPU-hour (a CPU rank's hour where the job holds no GPU): idle dollars and the "
+    "price of a useful GPU-hour.",
     rich_help_panel=PIPELINE)]
 MemoryLimit = Annotated[str | None, typer.Option(
     "--memory-limit", metavar="SIZE", help="Memory a stage's device may hold, e.g. 80GiB: what-if rows say whether "
@@ -85,7 +107,8 @@ NoAlign = Annotated[bool, typer.Option(
     "--no-align", help="Keep each rank's recorded clock (default: one clock for the job, estimated from its "
     "collectives, sends and receives)")]
 ExecutorOpt = Annotated[Executor, typer.Option(
-    "--executor", help="Where files are mapped: local (a process pool) or ray.", rich_help_panel=SCALE)]
+    "--executor", help="Where files are mapped: local (a process pool) or ray (a job of one file is mapped in "
+    "this process, and says so).", rich_help_panel=SCALE)]
 RayAddress = Annotated[str | None, typer.Option(
     "--ray-address", help="Ray cluster to use with --executor ray (default: start a local one).",
     rich_help_panel=SCALE)]
@@ -129,6 +152,10 @@ Strict = Annotated[bool, typer.Option(
     "--strict", help="Fail (exit 1) when a requested gate cannot be evaluated (e.g. --max-bubble on a trace that "
     "is not a pipeline) or, for diff, when part of one report has no counterpart in the other; without it such "
     "a gate is a SKIP that says why.", rich_help_panel=GATES)]
+AllowPartial = Annotated[bool, typer.Option(
+    "--allow-partial", help="Judge an incomplete input (a file cut off mid-write, events lost, ranks missing "
+    "against world_size, fewer steps than the baseline) by the thresholds alone, with a warning; without it "
+    "such an input fails the gate (exit 1) with the reason.", rich_help_panel=GATES)]
 Tolerance = Annotated[str | None, typer.Option(
     help="Relative worsening allowed, of each metric's baseline value: 5% or 0.05 (a bare 5 is refused; write "
     "500%). Default: the diff table of pipebubble.toml, else 5%.", rich_help_panel=GATES)]
@@ -186,10 +213,11 @@ SCALE_FLAGS = ("executor", "ray_address", "workers", "memory_budget", "no_cache"
 def analysing(command: Callable) -> Callable:
     """Give ``command`` every analysis and scale flag, defined once here: it declares ``options: Options``
     and ``scale: Scale`` parameters (and ``config``, the settings file) and receives them built from the
-    flags and ``pipebubble.toml``; its ``--help`` lists the flags as if it had declared each one."""
+    flags and ``pipebubble.toml``; its ``--help`` lists the flags as if it had declared each one (its
+    ``--timeunit`` naming its own formats)."""
     hints = get_type_hints(command, include_extras=True)
-    own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()
-           if p.name not in ("options", "scale")]
+    own = [p.replace(annotation=_as_on(command.__name__, hints[p.name]))
+           for p in inspect.signature(command).parameters.values() if p.name not in ("options", "scale")]
     extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
              for name, (annotation, default) in ANALYSIS_FLAGS.items()]
 
@@ -203,6 +231,11 @@ def analysing(command: Callable) -> Callable:
     run.__annotations__ = {p.name: p.annotation for p in (*own, *extra)}
     del run.__wrapped__  # typer reads the signature above, not the command's own
     return run
+
+
+def _as_on(command: str, annotation: Any) -> Any:
+    """A flag as ``command`` takes it: ``--timeunit`` names the command's own formats (``time_unit``)."""
+    return time_unit(command) if annotation == TimeUnitOpt and command in TIMES_KEPT else annotation
 
 
 def options(

@@ -111,7 +111,14 @@ def read_warnings(report, paths: list[Path]) -> list[str]:
     when it was made, about traces this run does not read)."""
     from pipebubble.report import is_saved_report
 
-    return [] if len(paths) == 1 and is_saved_report(paths[0]) else list(report.ingest.warnings)
+    return ([] if len(paths) == 1 and is_saved_report(paths[0]) else list(report.ingest.warnings)) + executor_notes()
+
+
+def executor_notes() -> list[str]:
+    """Where the work ran other than ``--executor`` asked, and why (``executor.notes``: one file on Ray is mapped
+    here, a cached report maps nothing); none when no executor was loaded."""
+    executor = sys.modules.get("pipebubble.executor")
+    return executor.notes() if executor is not None else []
 
 
 def warn(lines: list[str]) -> None:

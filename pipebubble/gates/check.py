@@ -1,5 +1,7 @@
 """``check``: each gate that has a threshold against one report (a dict), pass, fail or skip with a note saying
-why the report lacks the metric (an error with ``strict``)."""
+why the report lacks the metric (an error with ``strict``). An incomplete input (``ingest.completeness``: a
+file cut off, events lost, ranks missing) is a gate of its own, first: it fails, or with ``allow_partial``
+is skipped with its reasons (a warning), so a crashed profiler or a full disk never passes a gate."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class CheckResult:
 
     gates: list[Gate]
     strict: bool = False
+    allow_partial: bool = False
     source: str | None = None
     timestamp: str | None = None
     seconds: float | None = None
@@ -54,13 +57,20 @@ class CheckResult:
         return any(g.status in ("fail", "error") for g in self.gates)
 
 
-def check(report: dict[str, Any], thresholds: dict[str, float | None], strict: bool = False) -> CheckResult:
-    """One Gate per threshold that is set, in the order of ``GATES``; ``strict``: a gate the report cannot
-    evaluate is an error, not a skip."""
+COMPLETENESS = "completeness"
+
+
+def check(report: dict[str, Any], thresholds: dict[str, float | None], strict: bool = False,
+          allow_partial: bool = False) -> CheckResult:
+    """One Gate per threshold that is set, in the order of ``GATES``, after the completeness gate when the
+    input is incomplete; ``strict``: a gate the report cannot evaluate is an error, not a skip;
+    ``allow_partial``: an incomplete input is a skip (a warning), not a failure."""
     unknown = set(thresholds) - set(GATES)
     if unknown:
         raise ValueError(f"unknown gate(s): {', '.join(sorted(unknown))}")
-    gates = []
+    reasons = incomplete(report)
+    gates = [Gate(COMPLETENESS, None, 1.0, None if allow_partial else False, "ratio", "min", "; ".join(reasons),
+                  "allow_partial", "input complete")] if reasons else []
     for key, spec in GATES.items():
         if thresholds.get(key) is None:
             continue
@@ -69,7 +79,13 @@ def check(report: dict[str, Any], thresholds: dict[str, float | None], strict: b
         passed = None if value is None else value <= threshold if spec.bound == "max" else value >= threshold
         gates.append(Gate(spec.metric, value, threshold, passed, spec.unit, spec.bound, note, key, spec.label,
                           strict))
-    return CheckResult(gates, strict)
+    return CheckResult(gates, strict, allow_partial)
+
+
+def incomplete(report: dict[str, Any]) -> list[str]:
+    """Why the input of ``report`` is incomplete (its ``ingest.completeness`` reasons; none for a report saved
+    before reports said)."""
+    return list(((report.get("ingest") or {}).get("completeness") or {}).get("reasons") or [])
 
 
 def _pipeline(report: dict, key: str) -> tuple[float | None, str]:

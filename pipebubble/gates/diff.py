@@ -1,12 +1,14 @@
 """``diff``: two reports metric by metric, each judged regressed, improved or ok against a tolerance relative to
 the base's value (or to the step, where the base is 0). Parts only one report has are listed as unmatched.
+An incomplete input (either report's ``ingest.completeness``, fewer ranks or steps than the base) fails the
+diff unless ``allow_partial``, and no change is called an improvement then: missing data looks like less work.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipebubble.gates.names import by_name, paired_names, stable_name, streams_note, wait_label
@@ -39,6 +41,8 @@ class DiffResult:
     notes: list[str] = field(default_factory=list)  # informational
     unmatched: list[str] = field(default_factory=list)  # what could not be compared (an error with strict)
     strict: bool = False
+    incomplete: list[str] = field(default_factory=list)  # why an input is incomplete (a failure unless allowed)
+    allow_partial: bool = False
     base: str | None = None  # the paths compared, as given
     new: str | None = None
     timestamp: str | None = None
@@ -55,7 +59,8 @@ class DiffResult:
 
     @property
     def failed(self) -> bool:
-        return bool(self.regressions) or (self.strict and bool(self.unmatched))
+        return (bool(self.regressions) or (self.strict and bool(self.unmatched))
+                or (bool(self.incomplete) and not self.allow_partial))
 
 
 def judge(metric: str, base: float, new: float, unit: str, tolerance: float, *, scale: float = 0.0,
@@ -86,10 +91,12 @@ GPU_METRICS = (("comm_exposed_ns", "exposed comm"), ("memory_exposed_ns", "expos
 TOP_KERNELS = 10  # kernels compared: the union of each report's biggest by total time
 
 
-def diff(base: dict[str, Any], new: dict[str, Any], tolerance: float, strict: bool = False) -> DiffResult:
+def diff(base: dict[str, Any], new: dict[str, Any], tolerance: float, strict: bool = False,
+         allow_partial: bool = False) -> DiffResult:
     """Both reports' pipeline, stages (by number), lanes, GPUs' exposed time, collective waits and top kernels
     (by stable name), and waits (by step, stage, cause, neighbours and order): higher is worse for every one
-    but pipeline efficiency. ``strict``: what only one report has fails the diff."""
+    but pipeline efficiency. ``strict``: what only one report has fails the diff; ``allow_partial``: an
+    incomplete input is a note, not a failure (its changes are still never improvements)."""
     if not math.isfinite(tolerance) or tolerance < 0:
         raise ValueError(f"tolerance {tolerance}: expected a finite fraction >= 0, e.g. 0.05 (5%)")
     *names, streams = paired_names(base.get("lanes") or [], new.get("lanes") or [])
@@ -99,7 +106,32 @@ def diff(base: dict[str, Any], new: dict[str, Any], tolerance: float, strict: bo
     for part in (_pipeline_deltas, _stage_deltas, _lane_deltas, _gpu_deltas, _collective_deltas, _kernel_deltas,
                  _wait_deltas, _request_deltas):
         part(base, new, tolerance, names, deltas, notes, unmatched)
-    return DiffResult(tolerance, deltas, notes, unmatched, strict, streams=streams)
+    gaps = coverage(base, new)
+    if gaps and any(d.status == "improved" for d in deltas):
+        deltas = [replace(d, status="ok") if d.status == "improved" else d for d in deltas]
+        notes.append("no change is called an improvement: an input is incomplete, and missing data looks like less "
+                     "work")
+    return DiffResult(tolerance, deltas, notes, unmatched, strict, gaps, allow_partial, streams=streams)
+
+
+def coverage(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Why the two inputs do not cover the same job: a file of either cut off, events of either lost, one
+    holding fewer of its job's ranks than the other (both missing the same count compare alike), or the new
+    one's pipeline fewer steps than the base's."""
+    held = [(r.get("ingest") or {}).get("completeness") or {} for r in (base, new)]
+    out = []
+    for side, c, other in (("base", held[0], held[1]), ("new", held[1], held[0])):
+        out += [f"{side}: {source}: cut off mid-write" for source in c.get("cut_off") or []]
+        if c.get("lost_events"):
+            out.append(f"{side}: {c['lost_events']:,} events lost to damage")
+        world, ranks = c.get("world_size"), c.get("ranks")
+        if world and ranks is not None and ranks < world and ranks < (other.get("ranks") or 0):
+            out.append(f"{side}: {ranks} of the job's {world} ranks present, the other report holds "
+                       f"{other['ranks']}")
+    steps = [len((r.get("pipeline") or {}).get("steps") or []) for r in (base, new)]
+    if 0 < steps[1] < steps[0]:
+        out.append(f"new: {steps[1]} pipeline steps where the base has {steps[0]}")
+    return out
 
 
 def _request_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:
@@ -124,10 +156,15 @@ def _pipeline_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> N
 
 def _stage_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:
     a, b = base.get("stages") or [], new.get("stages") or []
+    pairs = list(zip(a, b, strict=False))
     if len(a) != len(b):
         unmatched.append(f"stages: {len(a)} in the base report, {len(b)} in the new one")
+        # only the stages both hold: by the rank each names, where every one names it; else none
+        ranks = {s.get("rank") for s in a + b}
+        of = {s["rank"]: s for s in b}
+        pairs = [] if None in ranks else [(sa, of[sa["rank"]]) for sa in a if sa["rank"] in of]
     step = float((base.get("pipeline") or {}).get("step_time_ns") or 0)
-    for sa, sb in zip(a, b, strict=False):
+    for sa, sb in pairs:
         if sa.get("name") != sb.get("name"):
             notes.append(f"stage {sa['stage']} is {sa.get('name')} in the base report, {sb.get('name')} in the new")
         deltas += [judge(f"stage {sa['stage']} {label}", sa[key], sb[key], "ns", tolerance, scale=step,

@@ -19,7 +19,7 @@ from pipebubble.render.choices import GATE_FORMATS
 FORMATS = tuple(name for name, _, _ in GATE_FORMATS)  # what check and diff both offer (--format)
 NAMED = 12  # regressions named in the one-line verdict (the table and JSON list them all)
 TAGS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "error": "ERROR", "regressed": "REGRESSED",
-        "improved": "IMPROVED", "ok": "ok", "unmatched": "UNMATCHED"}
+        "improved": "IMPROVED", "ok": "ok", "unmatched": "UNMATCHED", "incomplete": "INCOMPLETE"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,9 @@ def _checked(result: CheckResult | list[Gate]) -> CheckResult:
 def gate_sentence(gate: Gate, timeunit: str = "ms") -> str:
     """e.g. ``bubble 49.1% > max 30.0%`` or ``bubble skipped: not a pipeline``."""
     label = gate.label or gate.name
+    if gate.name == "completeness":
+        return (f"input incomplete{' (allowed: --allow-partial)' if gate.passed is None else ''}: {gate.note}"
+                + ("" if gate.passed is None else "; --allow-partial judges it by the thresholds alone"))
     if gate.passed is None:
         return f"{label} {'not evaluated (--strict)' if gate.required else 'skipped'}: {gate.note}"
     value, threshold = pair(gate.value, gate.threshold, gate.unit, timeunit)
@@ -122,8 +125,11 @@ def diff_rows(result: DiffResult, timeunit: str = "ms") -> list[Row]:
     rows = [Row(d.key, d.metric, outcome[d.status], TAGS[d.status], delta_sentence(d, timeunit), d.new, d.limit,
                 d.base, d.unit, columns(d)) for d in result.deltas]
     missing = "error" if result.strict else "skip"
-    return rows + [Row(f"unmatched[{i}]", note, missing, TAGS["unmatched"], note) for i, note in
-                   enumerate(result.unmatched)]
+    gap = "skip" if result.allow_partial else "fail"
+    return ([Row(f"incomplete[{i}]", "input incomplete", gap, TAGS["incomplete"], f"input incomplete: {note}")
+             for i, note in enumerate(result.incomplete)] + rows
+            + [Row(f"unmatched[{i}]", note, missing, TAGS["unmatched"], note) for i, note in
+               enumerate(result.unmatched)])
 
 
 # ---- the writers both commands share ---------------------------------------------------------------------
@@ -246,7 +252,8 @@ def check_text(result: CheckResult | list[Gate], timeunit: str = "ms") -> str:
 
 def check_json(result: CheckResult | list[Gate], timeunit: str = "ms") -> str:
     result = _checked(result)
-    body = {"passed": not result.failed, "strict": result.strict, "source": result.source,
+    body = {"passed": not result.failed, "strict": result.strict, "allow_partial": result.allow_partial,
+            "source": result.source,
             "summary": {s: result.count(s) for s in ("pass", "fail", "skip", "error")},
             "gates": [{**asdict(g), "status": g.status} for g in result.gates]}
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
@@ -279,6 +286,13 @@ def render_diff(result: DiffResult, fmt: str, timeunit: str = "ms") -> str:
 
 
 def _verdict(result: DiffResult) -> str:
+    if result.incomplete and not result.allow_partial:
+        return (f"failed: {len(result.incomplete)} input gap(s) ({result.incomplete[0]}); --allow-partial compares "
+                f"what both cover; {_compared(result)}")
+    return _compared(result)
+
+
+def _compared(result: DiffResult) -> str:
     bad, good = result.regressions, result.improvements
     also = [f"{len(good)} improved"] if good else []
     if result.unmatched:
@@ -291,7 +305,9 @@ def _verdict(result: DiffResult) -> str:
 
 
 def diff_text(result: DiffResult, timeunit: str = "ms") -> str:
-    lines = [f"{TAGS[d.status]:<9}  {delta_sentence(d, timeunit)}" for d in result.regressions + result.improvements]
+    gap = "warning" if result.allow_partial else TAGS["incomplete"]
+    lines = [f"{gap}  input incomplete: {n}" for n in result.incomplete]
+    lines += [f"{TAGS[d.status]:<9}  {delta_sentence(d, timeunit)}" for d in result.regressions + result.improvements]
     lines += [f"{'ERROR' if result.strict else 'note'}: {n}" for n in result.unmatched]
     return "\n".join([*lines, *(f"note: {n}" for n in result.notes), _verdict(result)]) + "\n"
 
@@ -299,8 +315,10 @@ def diff_text(result: DiffResult, timeunit: str = "ms") -> str:
 def diff_markdown(result: DiffResult, timeunit: str = "ms") -> str:
     paths = f" (base `{result.base}`, new `{result.new}`)" if result.base and result.new else ""
     head = f"**{'failed' if result.failed else 'passed'}**: {_verdict(result)}{paths}"
-    rows = [r for r in diff_rows(result, timeunit) if not r.key.startswith("unmatched[")]
-    notes = [f"{'**not comparable**' if result.strict else 'not comparable'}: {n}" for n in result.unmatched]
+    rows = [r for r in diff_rows(result, timeunit) if not r.key.startswith(("unmatched[", "incomplete["))]
+    notes = [f"{'input incomplete' if result.allow_partial else '**input incomplete**'}: {n}"
+             for n in result.incomplete]
+    notes += [f"{'**not comparable**' if result.strict else 'not comparable'}: {n}" for n in result.unmatched]
     return _markdown("diff", head, rows, notes + result.notes, DIFF_COLUMNS)
 
 
@@ -310,6 +328,7 @@ def diff_json(result: DiffResult, timeunit: str = "ms") -> str:
             "regressions": [d.metric for d in result.regressions],
             "improvements": [d.metric for d in result.improvements],
             "unmatched": result.unmatched, "notes": result.notes,
+            "incomplete": result.incomplete, "allow_partial": result.allow_partial,
             "streams_matched_by_order": [{"base": a, "new": b} for a, b in result.streams],
             "deltas": [asdict(d) for d in result.deltas]}
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
@@ -331,10 +350,13 @@ def warnings(result: CheckResult | DiffResult) -> list[str]:
     reports that could not be compared."""
     if isinstance(result, DiffResult):
         hint = "" if result.strict else " (--strict fails on it)"
-        return [f"not compared: {note}{hint}" for note in result.unmatched]
+        allowed = " (allowed: --allow-partial)" if result.allow_partial else ""
+        return ([f"input incomplete: {note}{allowed}" for note in result.incomplete]
+                + [f"not compared: {note}{hint}" for note in result.unmatched])
     hint = {"skip": " (--strict fails on it)", "error": ""}
-    return [f"gate {g.label or g.name} {'skipped' if g.status == 'skip' else 'not evaluated'}: {g.note}"
-            f"{hint[g.status]}" for g in result.gates if g.status in hint]
+    return [gate_sentence(g) if g.name == "completeness" else
+            f"gate {g.label or g.name} {'skipped' if g.status == 'skip' else 'not evaluated'}: {g.note}"
+            f"{hint[g.status]}" for g in result.gates if g.status in hint or g.name == "completeness"]
 
 
 def _writer(command: str, fmt: str):

@@ -26,7 +26,7 @@ from pipebubble.report.collectives import (  # noqa: F401 (the report's)
 from pipebubble.report.critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
 from pipebubble.report.findings import Finding, Where  # noqa: F401 (the report's)
 from pipebubble.report.idle import IdleCause  # noqa: F401 (the report's)
-from pipebubble.report.ingest import ClockOffset, IngestSummary, Lane, billed  # noqa: F401 (the report's)
+from pipebubble.report.ingest import ClockOffset, Completeness, IngestSummary, Lane, billed  # noqa: F401 (the report's)
 from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report.pipeline import (  # noqa: F401 (the report's)
     Pipeline,

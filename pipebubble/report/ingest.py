@@ -21,6 +21,27 @@ class ClockOffset:
     aligned: bool = True
 
 
+#: Why events were not kept that mean the trace lost them (bytes that do not parse, values out of range), not
+#: that they are of no use here (metadata, instants) or lie at a profile window's edge (a ``B`` without ``E``).
+LOST = ("bad_time", "bad_value", "malformed_line", "unreadable_line", "cut_off_line", "out_of_range",
+        "device_out_of_range")
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """How much of the job the input holds, what gates check first: files cut off mid-write (read up to their
+    last whole event), events lost to damage (``LOST``), and the ranks present against the job's
+    ``world_size`` where a file names it. ``reasons``: each gap as a sentence naming what is missing."""
+
+    complete: bool = True
+    cut_off: list[str] = field(default_factory=list)
+    unread_bytes: int = 0
+    lost_events: int = 0
+    ranks: int = 0  # ranks present
+    world_size: int | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class IngestSummary:
     files: list[str] = field(default_factory=list)
@@ -32,6 +53,7 @@ class IngestSummary:
     unread_bytes: int = 0
     clock_offsets: list[ClockOffset] = field(default_factory=list)  # files of a multi-file job, in file order
     memory_events: int = 0  # allocator events read (``memory`` summarises them)
+    completeness: Completeness = field(default_factory=Completeness)
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,24 @@ class Lane:
     @property
     def idle_fraction(self) -> float:
         return self.idle_ns / self.window_ns if self.window_ns else 0.0
+
+
+def completeness(files: list[tuple[str, dict]], skipped: dict[str, int]) -> Completeness:
+    """The input's completeness from each file's (source, meta) and the job's skipped counts."""
+    cut = [(source, int(meta.get("unread_bytes") or 0)) for source, meta in files if meta.get("unread_bytes")]
+    lost = sum(n for reason, n in skipped.items() if reason in LOST)
+    ranks = {r for _, meta in files for r in ([meta.get("rank")] + list((meta.get("ranks") or {}).values()))
+             if r is not None}
+    worlds = [int(meta["world_size"]) for _, meta in files if meta.get("world_size")]
+    world = max(worlds) if worlds else None
+    reasons = [f"{source}: cut off mid-write, {unread:,} bytes after its last whole event unread"
+               for source, unread in cut]
+    if lost:
+        reasons.append(f"{lost:,} events lost to damage ({', '.join(r for r in LOST if skipped.get(r))})")
+    if world is not None and len(ranks) < world:
+        reasons.append(f"{len(ranks)} of the job's {world} ranks present (world_size {world})")
+    return Completeness(not reasons, [source for source, _ in cut], sum(n for _, n in cut), lost, len(ranks), world,
+                        reasons)
 
 
 def billed(kinds: list[str]) -> str:

@@ -86,8 +86,11 @@ class StepResult:
 @dataclass(frozen=True)
 class Recommendation:
     """A predicted step under one change (``analysis/schedule/whatif.py`` replays it); ``speedup`` = current step time
-    / predicted step time. Defined here, not in the analysis, because the report holds it: the report is the
-    lower layer, and the analysis builds it."""
+    / predicted step time. ``bubble_fraction`` is defined as the measured bubble is: 1 − the measured step's compute
+    / (p · the predicted step), so the current row's is the measured one where its replay meets the measured
+    step; ``replay_bubble_fraction`` is the replay's own, its F/B/W passes alone busy (null in reports written
+    before it; there ``bubble_fraction`` was the replay's own). Defined here, not in the analysis, because the
+    report holds it: the report is the lower layer, and the analysis builds it."""
 
     label: str
     schedule: str
@@ -99,6 +102,7 @@ class Recommendation:
     note: str = ""
     peak_memory_bytes: int | None = None  # the largest stage's predicted peak (null: memory not measured)
     fits: bool | None = None  # every stage within --memory-limit or its GPU's capacity (null: unknown)
+    replay_bubble_fraction: float | None = None  # the replay's own: Σ (step − its passes) / (p · step)
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -156,6 +160,12 @@ class Replicas:
     heavy_ratio: float | None = None
     heavy_min_ratio: float | None = None
     sync_wait_ns: int = 0  # per step, the workers' waits for their stage's slowest peer (the gradient sync)
+    # the replica computing the most, its compute against the others' (each stage's median), and the job's
+    # replay with all its workers at their peers' median (a slow node, not one GPU)
+    slow_replica: int | None = None
+    slow_replica_ratio: float | None = None
+    slow_replica_step_ns: int | None = None
+    slow_replica_worth_ns: int | None = None
 
 
 @dataclass(frozen=True)

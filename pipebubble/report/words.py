@@ -56,3 +56,17 @@ def cause_words(cause: str) -> str:
 def reason_words(reason: str) -> str:
     """Why events were not kept (a key of ``IngestSummary.skipped``: ``profiler_trace``) as words."""
     return reason.replace("_", " ")
+
+
+#: What ``--gpu-cost``'s price is taken for, by ``Report.billed``: a GPU-hour, as the flag says, or, where the
+#: job's lanes hold no GPU (CPU ranks on gloo), an hour of one CPU rank, as its CPU-ms figures count; the JSON's
+#: ``*_gpu_*`` keys keep their names.
+PRICED = {
+    "GPU": "",
+    "CPU": "--gpu-cost taken as the price of a CPU-hour, one CPU rank's hour, as the job's lanes hold no GPU",
+}
+
+
+def priced_words(billed: str) -> str:
+    """How the report prices ``billed`` time (``Report.billed``): "" for GPU-hours, else what it took the price for."""
+    return PRICED.get(billed, "")

@@ -43,11 +43,13 @@ def _run(paths: list[Path], options: Options, scale: Scale, on_file: OnFile | No
     from pipebubble.ingest import cache, find_traces
 
     if len(paths) == 1 and is_saved_report(paths[0]):
+        _not_mapped(scale, f"{paths[0]} is a saved report: nothing to map")
         return read_saved_report(paths[0])
     files = find_traces(paths)
     key = cache.report_key(files, options.settings()) if scale.use_cache else None
     cached = _rebuilt(cache.get_report(key))
     if cached is not None:
+        _not_mapped(scale, "the report came from the cache, nothing was mapped (--no-cache maps the files again)")
         return cached
     from pipebubble import executor
 
@@ -56,6 +58,15 @@ def _run(paths: list[Path], options: Options, scale: Scale, on_file: OnFile | No
     if key is not None:
         cache.put_report(key, report.to_dict())
     return report
+
+
+def _not_mapped(scale: Scale, why: str) -> None:
+    """Where ``scale`` asks for another executor than this process's, record ``why`` none was used
+    (``executor.ran_here``; the local executor is not even loaded)."""
+    if scale.executor != "local":
+        from pipebubble import executor
+
+        executor.ran_here(scale, why)
 
 
 def execute(files: list[Path], options: Options, scale: Scale, on_file: OnFile | None = None) -> Report:
@@ -105,6 +116,8 @@ def with_spans(
     from pipebubble import budget
     from pipebubble.ingest import load
 
+    _not_mapped(scale, "export reads and maps the traces in this process and a local pool (Ray reads only big traces' "
+                        "arguments and flows)")
     with budget.used(scale.memory_budget):
         ingested = load(paths, use_cache=scale.use_cache, workers=scale.workers, on_file=on_file)
     report = of_results(ingested.files, options)

@@ -14,6 +14,7 @@ from dataclasses import fields, replace
 from pipebubble.analysis.job import reduce_job
 from pipebubble.options import Options
 from pipebubble.report import IngestSummary, Report
+from pipebubble.report.ingest import completeness
 from pipebubble.run.mapper import FilePart
 
 #: What the job's reduce takes of each part: every analysis's field, not the file's account.
@@ -71,6 +72,7 @@ def summarize(parts: list[FilePart]) -> IngestSummary:
         warnings=list(dict.fromkeys([w for p in parts for w in p.file.warnings] + _unaligned(parts))),
         formats={p.file.source: p.file.format for p in parts},
         unread_bytes=sum(p.file.meta.get("unread_bytes", 0) for p in parts),
+        completeness=completeness([(p.file.source, p.file.meta) for p in parts], dict(skipped)),
     )
 
 

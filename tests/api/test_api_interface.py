@@ -20,7 +20,8 @@ SETTINGS = ["stage_by", "stage", "pp_size", "rank_order", "microbatch_regex", "w
             "memory_limit", "step_regex", "tbt_slo", "align", "no_align", "executor", "ray_address", "workers",
             "memory_budget", "cache"]
 GATES = ["max_bubble", "max_excess_bubble", "min_utilization", "max_stage_cv", "max_imbalance", "max_wait_ms",
-         "max_decode_slowdown", "max_finding", "max_ttft_p99", "max_tpot_p99", "max_queue_p99", "strict", "config"]
+         "max_decode_slowdown", "max_finding", "max_ttft_p99", "max_tpot_p99", "max_queue_p99", "strict",
+         "allow_partial", "config"]
 
 
 def test_public_names():
@@ -47,7 +48,7 @@ def test_keyword_arguments():
     params = {func: inspect.signature(getattr(pb, func)).parameters for func in ("analyze", "check", "diff")}
     assert list(params["analyze"]) == ["paths", "config", *SETTINGS]
     assert list(params["check"]) == ["report", *GATES, *SETTINGS]
-    assert list(params["diff"]) == ["base", "new", "tolerance", "strict", "config", *SETTINGS]
+    assert list(params["diff"]) == ["base", "new", "tolerance", "strict", "allow_partial", "config", *SETTINGS]
     assert list(pb.Settings.__dataclass_fields__) == SETTINGS
 
 

@@ -110,16 +110,51 @@ def test_unknown_parts_of_the_headline_are_left_out():
 
 
 def test_current_row_of_the_what_if_shows_the_replay_against_the_measured_step():
+    """The hand-built rows carry no ``replay_bubble_fraction`` (a report saved before it): their bubble is the
+    replay's own, and the current row's note says so beside the measured one."""
     table = pipeline.recommendation_table(gpipe_report())
     current = next(row for row in table.rows if row[0].startswith("current"))
     assert current[-1] == "[2]"
-    assert table.notes[1] == ("current: replay 20.00 ms vs measured 23.60 ms (−15.3%); speedups are against the"
-                              " measured step")
+    assert table.notes[1] == ("current: replay 20.00 ms vs measured 23.60 ms (−15.3%), bubble 42.9% in the replay vs"
+                              " 43.4% measured; speedups are against the measured step")
+    assert "bubble as measured" not in table.title
     for fmt in DOCUMENTS:
         assert "replay 20.00 ms vs measured 23.60 ms (−15.3%)" in render(gpipe_report(), fmt, width=200)
     unreplayed = replace(gpipe_report().pipeline, replay_error=None)
     table = pipeline.recommendation_table(replace(gpipe_report(), pipeline=unreplayed))
     assert len(table.notes) == 1 and all(row[-1] != "[2]" for row in table.rows)
+
+
+def _as_measured(report: Report, current_bubble: float, replayed_ns: int) -> Report:
+    """``report`` with its what-if rows as the analysis writes them now: every bubble as the measured one is
+    defined (``replay_bubble_fraction`` the replay's own), the current row replayed in ``replayed_ns``."""
+    p = report.pipeline
+    recs = [replace(r, replay_bubble_fraction=r.bubble_fraction + 0.007) for r in p.recommendations]
+    recs = [replace(r, step_time_ns=replayed_ns, bubble_fraction=current_bubble) if r.label.startswith("current")
+            else r for r in recs]
+    error = (replayed_ns - p.step_time_ns) / p.step_time_ns
+    return replace(report, pipeline=replace(p, recommendations=recs, replayed_step_ns=replayed_ns, replay_error=error))
+
+
+@pytest.mark.parametrize("fmt", DOCUMENTS)
+def test_what_if_current_row_shows_the_measured_bubble_where_the_replay_meets_the_step(fmt):
+    """One number per quantity: a replay that meets the measured step shows the headline's bubble on the current
+    row (41.3 % in both, not the replay's own 42.0 %), and the table says how its bubbles are defined."""
+    job = gpipe_report()
+    met = _as_measured(replace(job, pipeline=replace(job.pipeline, bubble_fraction=0.413)), 0.413,
+                       job.pipeline.step_time_ns)
+    table = pipeline.recommendation_table(met)
+    current = next(row for row in table.rows if row[0].startswith("current"))
+    assert current[5] == "41.3%" and "bubble: 41.3% measured" in "\n".join(pipeline.header(met))
+    assert "bubble as measured: 1 − the measured compute / (p · the row's step)" in table.title
+    assert table.notes[-1] == "current: replay 23.60 ms vs measured 23.60 ms (+0.0%); speedups are against the" \
+                              " measured step"
+    out = render(met, fmt, width=200)
+    assert "42.0%" not in out and "41.3%" in out
+    off = _as_measured(job, 0.4290, 20 * MS)  # a replay 15.3 % short of the step: the bubbles differ, and it says so
+    assert pipeline.recommendation_table(off).notes[-1] == (
+        "current: replay 20.00 ms vs measured 23.60 ms (−15.3%), bubble 42.9% at the replayed step vs 43.4% measured;"
+        " speedups are against the measured step")
 
 
 @pytest.mark.parametrize("fmt", DOCUMENTS)

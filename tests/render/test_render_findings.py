@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from html import unescape
+from pathlib import Path
 
 import pytest
-from test_render import MS, gpu_time_report
+from test_render import MS, gpipe_report, gpu_time_report
 
 from pipebubble.analysis.rootcause import findings as late_findings
 from pipebubble.analysis.rootcause import late
+from pipebubble.options import Options, Scale
 from pipebubble.render import render
 from pipebubble.render.sections import findings
 from pipebubble.report import Finding, Where
 from pipebubble.report.findings import KINDS
-from pipebubble.report.words import LATE_CAUSES, cause_words, kind_words
+from pipebubble.report.words import LATE_CAUSES, cause_words, kind_words, priced_words
+from pipebubble.run import run
+
+SAMPLES = Path(__file__).parents[2] / "sample_traces"
 
 
 def _report():
@@ -60,3 +66,60 @@ def test_events_not_kept_are_counted_in_words(fmt):
     report = replace(report, ingest=replace(report.ingest, skipped={"profiler_trace": 2, "metadata": 12}))
     out = render(report, fmt, width=200)
     assert "not spans: profiler trace 2, metadata 12" in out and "profiler_trace" not in out
+
+
+def _priced(found: list[Finding], cpus: bool = False):
+    """``found`` on the gpipe job (idle cost priced) with --gpu-cost 2 dollars an hour; ``cpus``: its lanes
+    hold no GPU (a gloo pipeline of CPU ranks)."""
+    job = replace(gpipe_report(), findings=[replace(f, cost_per_hour=2.0 * f.worth_gpu_ns / (10 * MS)) for f in found])
+    return replace(job, lanes=[replace(lane, kind="cpu", device=None) for lane in job.lanes]) if cpus else job
+
+
+_FREES = Finding("decode_wait", "decodes wait behind prompts", Where(), "prompt work", {}, 2 * MS, 2 * MS,
+                 "chunked prefill", "median", worth_share=0.2)
+_TAIL = Finding("tail_interference", "p99 TPOT 20.0 ms, 14.3 ms of it prompt work", Where(), "prefill", {},
+                14 * MS, 0, "chunked prefill", "p99", worth_share=0.714)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+@pytest.mark.parametrize("cpus", [False, True])
+def test_a_finding_that_frees_no_device_time_prints_no_zero_device_time_or_dollars(fmt, cpus):
+    """A latency tail's worth frees no GPU (or CPU) time: its headline says its share and no "0.00 GPU-ms"
+    (nor "$0.00/hour"), while a finding that frees some keeps both."""
+    out = unescape(render(_priced([_FREES, _TAIL], cpus), fmt, width=300))  # HTML: its list numbers the items
+    unit = "CPU" if cpus else "GPU"
+    assert "14.00 ms a step (71.4% of the step): p99 TPOT" in out
+    assert f"2.00 ms a step (20.0% of the step, 2.00 {unit}-ms, $0.40/hour): decodes wait" in out
+    assert f"0.00 {unit}-ms" not in out and "$0.00/hour" not in out
+    bare = replace(_TAIL, worth_share=None)
+    assert findings.items(replace(_report(), findings=[bare]))[0][0] == \
+        "1. 14.00 ms a step: p99 TPOT 20.0 ms, 14.3 ms of it prompt work"
+
+
+@pytest.mark.parametrize("sample", ["serve", "serve_chunked_prefill"])
+def test_serving_sample_findings_print_no_zero_device_time(sample):
+    """The serving samples' TPOT-tail finding (worth_gpu_ns 0) read "(71.4 % of the step, 0.00 CPU-ms)"."""
+    report = run([SAMPLES / sample], Options(), Scale(use_cache=False))
+    assert any(f.worth_gpu_ns == 0 for f in report.findings)
+    heads = [head for head, _ in findings.items(report)]
+    assert heads and not any("0.00 CPU-ms" in h or "0.00 GPU-ms" in h for h in heads)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_gpu_cost_on_a_job_without_a_gpu_is_priced_per_cpu_hour_everywhere(fmt):
+    """--gpu-cost on a pipeline of CPU ranks: its dollars are said, wherever they appear (the findings, the idle
+    cost line, the HTML card), to take the price as a CPU-hour's (one CPU rank's), as its CPU-ms figures count;
+    a job with GPUs reads as before, in GPU-hours."""
+    on_cpus = unescape(render(_priced([_FREES], cpus=True), fmt, width=400))
+    said = priced_words("CPU")
+    assert "CPU-hour" in said and "--gpu-cost" in said
+    assert f"the gains do not add up: fixing one changes the others; dollars: {said})" in on_cpus
+    assert f"idle cost: $12.50/hour, $0.0001/step, $5.25 per useful CPU-hour ({said})" in on_cpus
+    assert "GPU-hour" not in on_cpus and "GPU-ms" not in on_cpus
+    on_gpus = render(_priced([_FREES]), fmt, width=400)
+    assert "CPU-hour" not in on_gpus and "--gpu-cost" not in on_gpus
+    assert "idle cost: $12.50/hour, $0.0001/step, $5.25 per useful GPU-hour" in on_gpus
+    if fmt == "html":
+        assert "idle cost (CPU-hours at --gpu-cost)" in on_cpus and "idle cost (" not in on_gpus
+    unpriced = render(replace(_priced([_TAIL], cpus=True), pipeline=None), fmt, width=400)
+    assert "dollars:" not in unpriced  # no finding shows dollars: nothing to say how they are priced

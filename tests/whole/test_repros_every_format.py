@@ -66,7 +66,11 @@ def test_a_repro_in_every_format_is_exit_0_or_2(path, capsys, monkeypatch, tmp_p
     assert_outcome(path, "check", code, err)
     if code == 0:
         assert json.loads(out)["passed"] is True
-    code, out, err = invoke(capsys, "diff", str(path), str(path), "--format", "json")
+        gaps = [g for g in json.loads(out)["gates"] if g["name"] == "completeness"]
+        whole = [a for a in GATES if a != "--allow-partial"]
+        strict, _, _ = invoke(capsys, "check", str(path), *whole, "--format", "json")
+        assert strict == (1 if gaps else 0), f"{path.name}: an incomplete input fails check, a complete one passes"
+    code, out, err = invoke(capsys, "diff", str(path), str(path), "--format", "json", "--allow-partial")
     assert_outcome(path, "diff", code, err)
     if code == 0:
         assert json.loads(out)["regressions"] == []

@@ -143,10 +143,16 @@ def replica_imbalance(stages: list[Stage], pipe: Pipeline, step: Step) -> Findin
 
 
 def slow_worker(stages: list[Stage], pipe: Pipeline, step: Step) -> Finding | None:
-    """The worker of a DP × PP job whose compute at its peers' median gives the job back the most."""
+    """The worker of a DP × PP job whose compute at its peers' median gives the job back the most; a whole
+    replica, where all its workers at their peers' median give back much more than any one (a slow node)."""
     rep = pipe.replicas
-    top = next((w for w in rep.workers if w.worth_ns and w.worth_ns > 0), None) if rep else None
-    if rep is None or top is None:
+    if rep is None:
+        return None
+    top = next((w for w in rep.workers if w.worth_ns and w.worth_ns > 0), None)
+    whole = rep.slow_replica_worth_ns or 0
+    if whole > 0 and whole > REPLICA_FACTOR * (top.worth_ns if top else 0):
+        return _slow_replica(rep, pipe, step)
+    if top is None:
         return None
     rank = f", rank {top.rank}" if top.rank is not None else ""
     return finding(
@@ -164,6 +170,29 @@ def slow_worker(stages: list[Stage], pipe: Pipeline, step: Step) -> Finding | No
         f"check the GPU of {top.name} (clocks, thermal or power throttling, a bad node or link) and replace or "
         "re-clock it; moving layers would not help, its peers run the same ones faster",
         WORKER_HOW.format(change=f"{top.name}'s passes at its peers' median"),
+    )
+
+
+REPLICA_FACTOR = 1.5  # a replica's what-if this many times any one worker's names the replica
+
+
+def _slow_replica(rep, pipe: Pipeline, step: Step) -> Finding:
+    """A whole replica slower than the others at the same work (each of its workers at its peers' median)."""
+    d = rep.slow_replica
+    ranks = sorted(w.rank for w in rep.workers if w.replica == d and w.rank is not None)
+    named = f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
+    return finding(
+        "slow_worker",
+        f"replica {d}{named} computes {rep.slow_replica_ratio:.2f}× longer than the other replicas: at their "
+        f"median the job replays {ms(rep.slow_replica_worth_ns)} shorter a step",
+        Where(ranks=ranks, stages=list(range(pipe.stages))),
+        "every GPU of one replica is slower at the same work than the other replicas' (one node or its "
+        "interconnect); the job waits for it at every gradient sync",
+        {"replica": d, "ranks": ranks, "ratio": rep.slow_replica_ratio, "replayed_current_ns": rep.replayed_step_ns,
+         "replayed_ns": rep.slow_replica_step_ns, "gain_ns": rep.slow_replica_worth_ns},
+        rep.slow_replica_worth_ns, pipe.stages * rep.count, step.ns,
+        f"check the node(s) of replica {d} (clocks, throttling, a slower GPU model, the network) and replace them",
+        WORKER_HOW.format(change=f"every worker of replica {d} at its peers' median"),
     )
 
 

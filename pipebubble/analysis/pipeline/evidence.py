@@ -42,6 +42,27 @@ def not_a_pipeline(names: list[str] | set[str]) -> str:
     )
 
 
+#: What to try instead when ``--stage-by`` finds fewer than two stages: the rules that split the same work otherwise.
+OTHER_RULES = {"rank": "process or thread", "process": "thread", "device": "rank or thread", "stream": "rank or thread",
+               "thread": "rank or process"}
+
+
+def too_few_stages(options: StageOptions, names: list[str]) -> str | None:
+    """The note for stages the user's rule (``--stage-by``, ``--stage``) asked for that found fewer than two
+    (``names``), so there is no pipeline to analyse; None when the stages were not the user's or are enough.
+    GPU rules (device, stream) number only GPU work: none found means the traces hold none."""
+    if len(names) >= 2 or not (options.stage_by or options.rules):
+        return None
+    rule = "--stage rules" if options.rules else f"--stage-by {options.stage_by}"
+    found = f"one stage ({names[0]})" if names else "no stages"
+    if options.rules:
+        return f"{rule} found {found}: a pipeline needs two; each REGEX is matched against the lane ids of the " \
+               "lanes table"
+    why = "these traces have no GPU work" if not names and options.stage_by in ("device", "stream") else \
+        "a pipeline needs two"
+    return f"{rule} found {found}: {why}; try --stage-by {OTHER_RULES[options.stage_by]}"
+
+
 def one_rank(meta: dict, stage: str | None) -> str | None:
     """The note for a file that is one rank of a bigger job (``world_size`` > 1), or None."""
     world, rank = meta.get("world_size"), meta.get("rank")

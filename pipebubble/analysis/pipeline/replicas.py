@@ -94,6 +94,7 @@ def analyse(
         bubble_fraction=bubble,
         rows=rows,
         workers=_workers(per_worker, times, replays, plan, workers),
+        **_slow_replica(per_worker, times, replays, plan),
         replayed_step_ns=max(replays) if replays and None not in replays else None,
         sync_wait_ns=sum(w.dur_ns for w in sync) // job.height if job.height else 0,
         **_balanced(per_worker, times, replays, plan),
@@ -156,6 +157,25 @@ def _workers(per_worker: dict, times: list, replays: list, plan: tuple, where: d
             w = where.get((s, r))
             out.append(WorkerRow(s, r, f"pp{s}/dp{r}", w.rank if w else None, ns, median, ratio, step, worth))
     return sorted(out, key=lambda w: (-(w.worth_ns or 0), -w.ratio, w.stage, w.replica))
+
+
+def _slow_replica(per_worker: dict, times: list, replays: list, plan: tuple) -> dict:
+    """The slowest replica's compute against the others' (each stage's median over the other replicas), and the
+    job's replay with every one of its workers at its peers' median (a slow node holds a replica's GPUs)."""
+    replicas = sorted({r for _, r in per_worker})
+    total = {r: sum(ns for (_, q), ns in per_worker.items() if q == r) for r in replicas}
+    slow = max(replicas, key=lambda r: (total[r], -r))
+    stages = sorted({s for s, _ in per_worker})
+    others = sum(statistics.median(per_worker[(s, r)] for r in replicas if r != slow and (s, r) in per_worker)
+                 for s in stages if any(r != slow and (s, r) in per_worker for r in replicas))
+    out = {"slow_replica": slow, "slow_replica_ratio": total[slow] / others if others else None}
+    if _job(replays) is None or times[slow] is None:
+        return out
+    changed = times[slow]
+    for s in stages:
+        changed = _at_peers(changed, times, slow, s)
+    step = _job_with(times, replays, plan, slow, lambda _: changed)
+    return out if step is None else out | {"slow_replica_step_ns": step, "slow_replica_worth_ns": _job(replays) - step}
 
 
 def _job(replays: list[int | None]) -> int | None:

@@ -12,7 +12,7 @@ import polars as pl
 from pipebubble.analysis.comm import p2p as pp
 from pipebubble.analysis.pipeline import metrics as pm
 from pipebubble.analysis.pipeline import replicas as rp
-from pipebubble.analysis.pipeline.evidence import not_a_pipeline, pipeline_evidence
+from pipebubble.analysis.pipeline.evidence import not_a_pipeline, pipeline_evidence, too_few_stages
 from pipebubble.analysis.pipeline.part import StagePart, one_stage, stage_part
 from pipebubble.analysis.pipeline.segments import timeline
 from pipebubble.analysis.pipeline.stages import Worker
@@ -136,7 +136,7 @@ def reduce_stages(
     parts = [p for p in parts if not p.facts.get("no_evidence")]
     if not parts:  # no file holds evidence of a pipeline: say so when they hold several stages
         names = {n for p in bare for n in p.names}
-        return PipelineSection(notes=[not_a_pipeline(names)] if len(names) >= 2 else [])
+        return PipelineSection(notes=[not_a_pipeline(names)] if len(names) >= 2 else _too_few(options, []))
     names, work, host, facts = combine(parts)
     workers = facts.pop("workers")
     p = len(names)
@@ -144,8 +144,8 @@ def reduce_stages(
     if p >= 2 and not found:
         return PipelineSection(notes=[not_a_pipeline(names)])
     stage_of_many = facts["pattern"] is not None or any(part.pipeline is not None for part in parts)
-    if p == 0 or (p == 1 and not stage_of_many):
-        return PipelineSection()  # one stage is analysed alone only when its labels or group say it is one
+    if p == 0 or (p == 1 and not stage_of_many):  # one stage is analysed alone only when its labels or group say so
+        return PipelineSection(notes=_too_few(options, names))
     work, host, every, analysed = _one_replica(work, host)
     labelled = work
     work = pm.complete_steps(work)
@@ -177,6 +177,12 @@ def reduce_stages(
         waits = sorted([*waits, *(w for w in sync if w.dur_ns > threshold)], key=lambda w: -w.dur_ns)
         pipeline = replace(pipeline, replicas=section)
     return PipelineSection(stage_rows, pipeline, waits, timeline(work), pairs=pairs)
+
+
+def _too_few(options: PipelineOptions, names: list[str]) -> list[str]:
+    """The note, if any, for stages the user's rule asked for that are fewer than two (``names``)."""
+    note = too_few_stages(options.stages, names)
+    return [note] if note else []
 
 
 def _one_replica(work: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None,

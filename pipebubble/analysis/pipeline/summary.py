@@ -53,7 +53,8 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
         step_time_ns=step_ns,
         idle_gpu_ns_per_step=idle // steps if steps else 0,
         **_cost(options.gpu_cost, p, bubble, idle, steps),
-        recommendations=_recommendations(times, schedule, chunks, step_ns, cal),
+        recommendations=_recommendations(times, schedule, chunks, step_ns, cal,
+                                         round(sum(busy) / steps) if steps else None),
         replayed_step_ns=cal.replayed_step_ns if cal else None,
         replay_error=cal.error if cal else None,
         notes=notes,
@@ -104,13 +105,15 @@ def _excess(
     return excess, {"imbalance": imbalance, "communication": comm, "host": host, "other": max(0.0, left - comm - host)}
 
 
-def _recommendations(times, schedule, chunks, step_ns, cal) -> list[Recommendation]:
-    """What-ifs replayed with the calibrated times; speed-ups against the measured step."""
+def _recommendations(times, schedule, chunks, step_ns, cal, compute_ns) -> list[Recommendation]:
+    """What-ifs replayed with the calibrated times; speed-ups against the measured step, bubbles as the measured
+    one is defined, over the measured step's compute (``compute_ns``, summed over the stages)."""
     if times is None or schedule is None:
         return []
     try:
         note = (cal.note or "") if cal else ""
-        return list(whatif.what_if(times, schedule, chunks, measured_step_ns=step_ns or None, current_note=note))
+        return list(whatif.what_if(times, schedule, chunks, measured_step_ns=step_ns or None, current_note=note,
+                                   compute_ns=compute_ns))
     except StageSpecError:
         return []
 

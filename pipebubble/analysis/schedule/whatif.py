@@ -51,26 +51,33 @@ def what_if(
     microbatch_options: tuple[int, ...] | None = None,
     measured_step_ns: int | None = None,
     current_note: str = "",
+    compute_ns: int | None = None,
 ) -> tuple[Recommendation, ...]:
     """Replay ``times`` under the current schedule, other schedules, other micro-batch counts (default
     2m, 4m and 64) and rebalanced stages; the current setup comes first among equals, all sorted by
     predicted step time. Candidates a schedule cannot run (e.g. interleaved with m % (m // p) != 0)
     are left out. With ``measured_step_ns`` every speed-up is the measured step over the predicted one,
-    and the current row's note (``current_note``, else ``off_note``) says how far its replay is off."""
+    and the current row's note (``current_note``, else ``off_note``) says how far its replay is off.
+
+    ``compute_ns``: the compute measured in one step, summed over the stages (every row does the same work:
+    same global batch). With it, every row's bubble is the measured bubble's definition, 1 − compute /
+    (p · the row's step), so the current row's is the measured one wherever its replay meets the measured
+    step; the replay's own (only its F/B/W passes busy: compute outside them, in set-up and tail, counts
+    as idle) stays beside it as ``replay_bubble_fraction``. Without it, the bubble is the replay's own."""
     m = times.microbatches
     current = simulate(make_schedule(schedule, times.stages, m, chunks), times)
     base = measured_step_ns or current.step_time_ns
     note = current_note or (off_note(current.step_time_ns, measured_step_ns) if measured_step_ns else "")
-    recs = [_recommend(f"current: {_name(schedule, chunks)}, m={m}", current, base, note)]
+    recs = [_recommend(f"current: {_name(schedule, chunks)}, m={m}", current, base, note, compute_ns)]
     for name, v in CANDIDATE_SCHEDULES:
         if (name, v) != (schedule, chunks):
             note = CHUNK_NOTE if v > 1 else ZB_NOTE if name == "zero_bubble" and not times.weight else ""
-            recs += _try(_name(name, v), name, v, times, base, note)
+            recs += _try(_name(name, v), name, v, times, base, note, compute_ns)
     for m_new in dict.fromkeys(microbatch_options or (2 * m, 4 * m, 64)):
         if m_new != m and m_new >= 1:
             scaled = rescale_microbatches(times, m_new)
-            recs += _try(f"m={m_new}", schedule, chunks, scaled, base, SAME_BATCH_NOTE)
-    recs += _try("rebalanced stages", schedule, chunks, rebalance(times), base, REBALANCE_NOTE)
+            recs += _try(f"m={m_new}", schedule, chunks, scaled, base, SAME_BATCH_NOTE, compute_ns)
+    recs += _try("rebalanced stages", schedule, chunks, rebalance(times), base, REBALANCE_NOTE, compute_ns)
     return tuple(sorted(recs, key=lambda r: (r.step_time_ns, not r.label.startswith("current"))))
 
 
@@ -95,19 +102,32 @@ def _name(schedule: str, chunks: int) -> str:
     return f"{schedule} v={chunks}" if schedule == "interleaved_1f1b" else schedule
 
 
-def _try(label: str, name: str, v: int, times: StageTimes, base: int, note: str) -> list[Recommendation]:
+def _try(
+    label: str, name: str, v: int, times: StageTimes, base: int, note: str, compute_ns: int | None = None
+) -> list[Recommendation]:
     try:
         sim = simulate(make_schedule(name, times.stages, times.microbatches, v), times)
     except StageSpecError:
         return []
-    return [_recommend(label, sim, base, note)]
+    return [_recommend(label, sim, base, note, compute_ns)]
 
 
-def _recommend(label: str, sim: Simulation, base: int, note: str = "") -> Recommendation:
+def measured_bubble(sim: Simulation, compute_ns: int | None) -> float:
+    """The replayed step's bubble as the measured one is defined: 1 − ``compute_ns`` / (p · step), the compute
+    being the measured step's (``what_if``); the replay's own without it."""
+    capacity = sim.schedule.stages * sim.step_time_ns
+    if compute_ns is None or not capacity:
+        return sim.bubble_fraction
+    return min(1.0, max(0.0, 1 - compute_ns / capacity))
+
+
+def _recommend(label: str, sim: Simulation, base: int, note: str = "", compute_ns: int | None = None) -> Recommendation:
     s = sim.schedule
+    bubble = measured_bubble(sim, compute_ns)
     return Recommendation(
-        f"{label} → bubble {sim.bubble_fraction * 100:.1f} %", s.name, s.microbatches, s.chunks,
-        sim.step_time_ns, sim.bubble_fraction, base / sim.step_time_ns if sim.step_time_ns else 1.0, note,
+        f"{label} → bubble {bubble * 100:.1f} %", s.name, s.microbatches, s.chunks,
+        sim.step_time_ns, bubble, base / sim.step_time_ns if sim.step_time_ns else 1.0, note,
+        replay_bubble_fraction=sim.bubble_fraction,
     )
 
 

@@ -56,7 +56,8 @@ def headline(report: Report, unit: str = "ms") -> list[tuple[str, str, bool]]:
         cards += [(f"{time(p.step_time_ns, unit)} {unit}", "step", False)] if p.step_time_ns else []
         best = max((r for r in p.recommendations if r.fits is not False), key=lambda r: r.speedup, default=None)
         cards += [(f"{best.speedup:.2f}x", f"best what-if: {best.label.split(' → ')[0]}", False)] if best else []
-        cards += [(f"${num(p.idle_cost_per_hour)}/h", "idle cost", False)] if p.idle_cost_per_hour is not None else []
+        cards += [(f"${num(p.idle_cost_per_hour)}/h", "idle cost" + ("" if report.billed == "GPU" else
+                   f" ({report.billed}-hours at --gpu-cost)"), False)] if p.idle_cost_per_hour is not None else []
     cards += serving.cards(report)
     c = report.collectives
     if c is not None:

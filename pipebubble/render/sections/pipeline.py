@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pipebubble.render.cells import Table, bar, num, pct, share, signed_pct, size, time
 from pipebubble.render.sections.collectives import who
-from pipebubble.report import Report, Wait
+from pipebubble.report import Recommendation, Report, Wait
+from pipebubble.report.words import priced_words
 
 TOP_WAITS = 10
 
@@ -40,9 +41,11 @@ def header(report: Report, unit: str = "ms") -> list[str]:
         lines.append(f"idle: {time(p.idle_gpu_ns_per_step, unit)} {billed}-{unit} per step, of"
                      f" {time(p.stages * p.step_time_ns, unit)} {billed}-{unit} billed")
     if p.idle_cost_per_hour is not None:
+        priced = priced_words(billed)
         lines.append(f"idle cost: ${num(p.idle_cost_per_hour)}/hour, ${num(p.idle_cost_per_step, 4)}/step"
                      + (f", ${num(p.effective_price_per_useful_gpu_hour)} per useful {billed}-hour"
-                        if p.effective_price_per_useful_gpu_hour is not None else ""))
+                        if p.effective_price_per_useful_gpu_hour is not None else "")
+                     + (f" ({priced})" if priced else ""))
     return lines + [f"note: {n}" for n in p.notes]
 
 
@@ -172,7 +175,8 @@ def wait_where(w: Wait) -> str:
 def recommendation_table(report: Report, unit: str = "ms") -> Table:
     """Notes are long and repeat across rows, so each distinct note is a footnote the rows point to."""
     recs = report.pipeline.recommendations if report.pipeline else []
-    replay = _replay(report, unit)  # a footnote on the current setup's row
+    current = next((r for r in recs if _current(r.label)), None)
+    replay = _replay(report, current, unit)  # a footnote on the current setup's row
     notes = tuple(dict.fromkeys([*(r.note for r in recs if r.note), *([replay] if replay else [])]))
     # a label may end in "→ bubble 12 %"; the bubble column says that already
     measured = any(r.peak_memory_bytes is not None for r in recs)
@@ -182,7 +186,10 @@ def recommendation_table(report: Report, unit: str = "ms") -> Table:
              _refs(notes, r.note, replay if _current(r.label) else "")]
             for r in recs]
     memory = ["peak memory", "fits"] if measured else []
+    # rows written before ``replay_bubble_fraction`` carry the replay's own bubble, not the measured definition's
+    as_measured = any(r.replay_bubble_fraction is not None for r in recs)
     return Table("What if (simulated from the measured stage times; same global batch"
+                 + ("; bubble as measured: 1 − the measured compute / (p · the row's step)" if as_measured else "")
                  + ("" if measured else "; memory not measured") + ")",
                  ["change", "schedule", "m", "v", f"step {unit}", "bubble", "speedup", *memory, "note"],
                  rows, frozenset({2, 3, 4, 5, 6, 7} if measured else {2, 3, 4, 5, 6}), notes, drop=("schedule",))
@@ -191,13 +198,20 @@ def recommendation_table(report: Report, unit: str = "ms") -> Table:
 _FITS = {True: "yes", False: "no", None: "?"}  # ? : no --memory-limit and no GPU capacity in the trace
 
 
-def _replay(report: Report, unit: str = "ms") -> str:
-    """The what-if replay of the current schedule against the measured step, when the analysis compared them."""
+def _replay(report: Report, current: Recommendation | None = None, unit: str = "ms") -> str:
+    """The what-if replay of the current schedule against the measured step, when the analysis compared them;
+    and the current row's bubble against the measured one where the two, as shown, differ (the replay's step
+    is not the measured step's)."""
     p = report.pipeline
     if p is None or p.replay_error is None or p.replayed_step_ns is None:
         return ""
+    # rows without ``replay_bubble_fraction`` (saved before it) carry the replay's own bubble, passes alone busy
+    new = current is not None and current.replay_bubble_fraction is not None
+    at = "at the replayed step" if new else "in the replay"
+    bubble = "" if current is None or pct(current.bubble_fraction) == pct(p.bubble_fraction) else (
+        f", bubble {pct(current.bubble_fraction)} {at} vs {pct(p.bubble_fraction)} measured")
     return (f"current: replay {time(p.replayed_step_ns, unit)} {unit} vs measured {time(p.step_time_ns, unit)} {unit}"
-            f" ({signed_pct(p.replay_error)}); speedups are against the measured step")
+            f" ({signed_pct(p.replay_error)}){bubble}; speedups are against the measured step")
 
 
 def _current(label: str) -> bool:

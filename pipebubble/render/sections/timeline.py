@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pipebubble.render.cells import shorten
+from pipebubble.render.cells import ms, shorten
 from pipebubble.report import Report, Segment, StepResult
 
 IDLE = "·"
@@ -82,13 +82,28 @@ def select_window(report: Report, step: int | None, window: tuple[int, int] | No
         known = ", ".join(str(s.step) for s in steps) or "none"
         raise ValueError(f"step {step} is not in the report (steps: {known})")
     if window is not None:
-        base = origin(report)
-        return base + window[0], base + max(window[1], window[0] + 1)
+        return _within(report, window)
     first = sampled_step(report)
     if first is not None:
         return first.window_start_ns, first.window_end_ns
     start = min((s.start_ns for s in report.timeline), default=0)
     return start, max((s.end_ns for s in report.timeline), default=start + 1)
+
+
+def _within(report: Report, window: tuple[int, int]) -> tuple[int, int]:
+    """``window`` (ns from the origin) as absolute times; a window that ends where or before it starts, or
+    that shows none of the timeline's segments, raises ValueError saying where the timeline lies."""
+    shown = f"--window {window[0] / 1e6:g}:{window[1] / 1e6:g}"
+    if window[1] <= window[0]:
+        raise ValueError(f"{shown} ends before it starts (or where it starts)")
+    base = origin(report)
+    start, end = base + window[0], base + window[1]
+    if report.timeline:
+        first, last = min(s.start_ns for s in report.timeline), max(s.end_ns for s in report.timeline)
+        if end <= first or start >= last:
+            raise ValueError(f"{shown} lies outside the timeline, which runs from {ms(first - base)} to "
+                             f"{ms(last - base)} ms")
+    return start, end
 
 
 SAMPLED = 3  # steps whose span is this many times their windows' sum lie apart (a sample of a job's steps)

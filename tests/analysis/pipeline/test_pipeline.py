@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from conftest import shared
@@ -181,6 +182,22 @@ def test_pipeline_groups_from_pg_config_are_replicas(tmp_path):
     rows = report.pipeline.replicas.rows
     assert [r.bubble_fraction for r in rows] == pytest.approx([fast.bubble_fraction, slow.bubble_fraction])
     assert [r.step_time_ns for r in rows] == [fast.step_time_ns, slow.step_time_ns]
+
+
+def test_what_if_current_row_has_the_measured_bubble():
+    """One number per quantity: the what-if's current row, replayed to the measured 360.05 ms step, shows the
+    measured bubble (41.3 %), not the replay's own (42.0 %, which counts the compute outside the passes as
+    idle); every row's bubble is the measured compute over p times its step."""
+    report = analyse(Path(__file__).parents[3] / "sample_traces" / "pipeline_1f1b")
+    pipe = report.pipeline
+    current = next(r for r in pipe.recommendations if r.label.startswith("current:"))
+    assert current.step_time_ns == pytest.approx(pipe.step_time_ns, rel=1e-3)
+    assert current.bubble_fraction == pytest.approx(pipe.bubble_fraction, abs=5e-4)
+    assert f"{current.replay_bubble_fraction:.3f}" != f"{pipe.bubble_fraction:.3f}"  # the replay's own differs
+    assert current.label.endswith(f"→ bubble {pipe.bubble_fraction * 100:.1f} %")
+    compute = sum(s.busy_ns for s in report.stages) / len(pipe.steps)
+    for r in pipe.recommendations:
+        assert r.bubble_fraction == pytest.approx(1 - compute / (pipe.stages * r.step_time_ns), abs=1e-6)
 
 
 def test_cv_does_not_depend_on_the_order_of_its_values():

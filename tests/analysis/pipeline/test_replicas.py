@@ -165,3 +165,18 @@ def test_a_replicated_job_in_every_format(tmp_path, capsys, monkeypatch):
             assert "worker pp0/dp0 (stage 0, replica 0)" in flat and "Replicas (4;" in flat
         if what == "csv workers":
             assert out.splitlines()[1].startswith("0,0,pp0/dp0,,")
+
+
+def test_a_whole_slow_replica_is_named_as_one(tmp_path):
+    """Every worker of replica 1 1.5× slower (one slow node): one worker's fix gives the job little back, the
+    replica's much more: the finding names the replica, worth its step over the others' (closed forms)."""
+    m, p, dp = 16, 4, 3
+    slow = {(s, 1): 1.5 for s in range(p)}
+    path, passes = write_step_timers(tmp_path / "node.json", pp=p, dp=dp, m=m, slow=slow, steps=STEPS)
+    report = analyse([path])
+    first = report.findings[0]
+    assert first.kind == "slow_worker" and first.title.startswith("replica 1 computes 1.50× longer")
+    measured = statistics.mean(job_windows(passes, dp))
+    assert first.worth_ns == pytest.approx((measured - gpipe_step_us(m, p, 300)) * 1000, rel=0.10)
+    best = max(w.worth_ns or 0 for w in report.pipeline.replicas.workers)
+    assert first.worth_ns > 1.5 * best

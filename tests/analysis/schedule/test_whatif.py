@@ -317,6 +317,25 @@ def test_what_if_speedups_are_against_the_measured_step() -> None:
     )
 
 
+def test_what_if_bubbles_count_the_measured_compute_as_the_measured_bubble_does() -> None:
+    """Compute outside the passes (each stage's 2 µs tail, an optimizer step) is busy in the measured bubble; with
+    the step's measured compute every row's bubble is 1 − compute / (p · its step), so the current row's is the
+    measured bubble where its replay meets the step, and the replay's own (passes alone busy) is kept beside it."""
+    times = StageTimes(grid([1_000] * 4, 8), grid([2_000] * 4, 8), tail_ns=(2_000,) * 4)  # replays 35 µs
+    compute = 4 * (8 * 3_000 + 2_000)  # the passes and the tails
+    recs = {r.label.split(" → ")[0]: r for r in what_if(times, "1f1b", measured_step_ns=35_000, compute_ns=compute)}
+    current = recs["current: 1f1b, m=8"]
+    assert current.step_time_ns == 35_000
+    assert current.bubble_fraction == pytest.approx(1 - compute / (4 * 35_000)) == pytest.approx(36 / 140)
+    assert current.replay_bubble_fraction == pytest.approx(44 / 140)  # its idle counts the tails
+    assert current.label == "current: 1f1b, m=8 → bubble 25.7 %"
+    for r in recs.values():
+        assert r.bubble_fraction == pytest.approx(1 - compute / (4 * r.step_time_ns))
+        assert r.replay_bubble_fraction > r.bubble_fraction
+    plain = {r.label.split(" → ")[0]: r for r in what_if(times, "1f1b", measured_step_ns=35_000)}
+    assert plain["current: 1f1b, m=8"].bubble_fraction == current.replay_bubble_fraction  # no compute: the replay's
+
+
 def test_what_if_rebalance_helps_an_imbalanced_pipeline() -> None:
     times = StageTimes(grid([1_000, 1_000, 2_000, 1_000], 8), grid([2_000, 2_000, 4_000, 2_000], 8))
     recs = {r.label.split(" → ")[0]: r for r in what_if(times, "1f1b")}
