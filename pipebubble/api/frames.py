@@ -3,7 +3,10 @@
 A table's rows are the JSON report's (``Report.to_dict()``: the same keys, ``kernels`` with ``class``), one row
 per item in report order; its columns are typed from the row's dataclass, so an all-unknown column is still
 Int64 (null), not of polars' Null type, and an empty table still has its columns. Times are int64 ns, as in
-the JSON; lists and mappings are polars lists and structs.
+the JSON, unless ``timed`` puts them in another unit (``start_ms``: a float) or from the job's start (the
+origin the text's "at" columns count from); lists stay polars lists, and mappings and nested rows are
+flattened into columns (``idle_causes`` → ``idle_sync_stall_ns`` ..., ``where`` → ``where_ranks`` ...), but a
+finding's free-form ``evidence``, which differs by kind, stays a struct.
 """
 
 from __future__ import annotations
@@ -16,16 +19,24 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union, get_args, get_origin, 
 from pipebubble.errors import PipebubbleError
 from pipebubble.report import (
     Breakdown,
+    CollectiveCall,
+    CollectiveRank,
+    IdleCause,
     KernelStat,
     Lane,
     MemoryDevice,
     MemoryStage,
+    PathSegment,
+    Recommendation,
     ReplicaRow,
     RequestRow,
+    Segment,
     Stage,
+    StepResult,
     Wait,
     WorkerRow,
 )
+from pipebubble.report.breakdown import CallStat
 from pipebubble.report.findings import Finding
 
 if TYPE_CHECKING:
@@ -38,9 +49,10 @@ class Table(NamedTuple):
     is, and the JSON names of the fields that are named otherwise there."""
 
     row: type
-    at: str
+    at: str  # dotted keys; ``key[]`` steps into each item of a list
     doc: str
     renamed: dict[str, str] = {}
+    parent: tuple[str, ...] = ()  # keys of the list item above (``at``'s ``key[]``) each row carries
 
 
 #: Every table by name (``Report.lanes`` ...): adding one (``requests``, say) is one line here.
@@ -61,19 +73,74 @@ TABLES: dict[str, Table] = {
     "memory_stages": Table(MemoryStage, "memory.stages", "One row per pipeline stage: peak, static, per "
                            "micro-batch bytes"),
     "requests": Table(RequestRow, "requests.rows", "One row per served request: queue, TTFT, TPOT, e2e, tokens"),
+    "steps": Table(StepResult, "pipeline.steps", "One row per pipeline step: its window and bubble"),
+    "recommendations": Table(Recommendation, "pipeline.recommendations", "The what-if rows: each change replayed, "
+                             "its step, bubble, speed-up and memory"),
+    "timeline": Table(Segment, "timeline", "The stages' timeline: each pass and communication stretch"),
+    "collective_ranks": Table(CollectiveRank, "collectives.ranks", "One row per rank at the collectives: calls, "
+                              "wait, late"),
+    "collective_calls": Table(CollectiveCall, "collectives.worst", "The collective calls with the most waiting: "
+                              "skew, the last to arrive"),
+    "critical_path": Table(PathSegment, "critical_path[].segments", "The critical path of each step analysed: "
+                           "one row per segment, with its step", parent=("step",)),
+    "idle": Table(IdleCause, "idle", "GPU idle by cause (the idle account): per lane, cause, operator and call"),
+    "host_api": Table(CallStat, "host.api", "Host API calls by name: count, total, mean, max"),
+    "host_ranges": Table(CallStat, "host.ranges", "Annotation (NVTX) ranges by name: count, total, mean, max"),
 }
+#: Times that are instants on the trace's clock (the rest are durations): ``relative`` counts them from the
+#: job's start.
+INSTANTS = ("start_ns", "end_ns", "window_start_ns", "window_end_ns", "peak_at_ns", "at_ns")
+#: Nested rows and mappings flattened into columns: column -> (prefix, suffix) of each key's column.
+FLATTENED = {"idle_causes": ("idle_", "_ns")}
+KEPT_STRUCTS = ("evidence",)  # free-form per row: left a struct
+UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def frame(report: dict[str, Any], name: str) -> pl.DataFrame:
-    """Table ``name`` of a JSON report as a DataFrame; an unknown name is a PipebubbleError naming the known."""
+    """Table ``name`` of a JSON report as a DataFrame, times in int64 ns as in the JSON, nested rows and
+    mappings flattened; an unknown name is a PipebubbleError naming the known."""
     import polars as pl
 
-    schema = _schema(name)
+    schema = {**dict.fromkeys(TABLES[check_name(name)].parent, pl.Int64), **_schema(name)}
     found = rows(report, name)
     if not found:
         return pl.DataFrame(schema={column: dtype or pl.Null for column, dtype in schema.items()})
     known = {column: dtype for column, dtype in schema.items() if dtype is not None}
-    return pl.DataFrame(found, schema_overrides=known, infer_schema_length=None)
+    return _flattened(pl.DataFrame(found, schema_overrides=known, infer_schema_length=None))
+
+
+def _flattened(table: pl.DataFrame) -> pl.DataFrame:
+    """Struct columns as one column per field (``FLATTENED``'s names, else ``column_field``), but
+    ``KEPT_STRUCTS``."""
+    import polars as pl
+
+    for column, dtype in table.schema.items():
+        if not isinstance(dtype, pl.Struct) or column in KEPT_STRUCTS:
+            continue
+        prefix, suffix = FLATTENED.get(column, (f"{column}_", ""))
+        parts = table[column].struct.unnest()
+        parts = parts.rename({f: f"{prefix}{f}{suffix}" for f in parts.columns})
+        at = table.columns.index(column)
+        table = pl.concat([table.select(table.columns[:at]), parts, table.select(table.columns[at + 1:])],
+                          how="horizontal")
+    return table
+
+
+def timed(table: pl.DataFrame, unit: str = "ns", origin_ns: int | None = None) -> pl.DataFrame:
+    """``table`` with its times (``*_ns`` columns) in ``unit`` (``UNITS``: ``start_ms`` ..., floats but in ns),
+    and, given ``origin_ns``, its instants (``INSTANTS``) counted from it."""
+    import polars as pl
+
+    if unit not in UNITS:
+        raise PipebubbleError(f"unit={unit!r}: expected one of {', '.join(UNITS)}")
+    times = [c for c, t in table.schema.items() if c.endswith("_ns") and t.is_numeric()]
+    moved = [pl.col(c) - origin_ns for c in times if origin_ns is not None and c in INSTANTS]
+    table = table.with_columns(moved) if moved else table
+    if unit == "ns":
+        return table
+    return table.with_columns(
+        (pl.col(c) / UNITS[unit]).alias(c.removesuffix("_ns") + f"_{unit}") for c in times
+    ).select(c.removesuffix("_ns") + f"_{unit}" if c in times else c for c in table.columns)
 
 
 def to_pandas(table: pl.DataFrame) -> pd.DataFrame:
@@ -97,11 +164,23 @@ def check_name(name: str) -> str:
 
 
 def rows(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """The rows of table ``name`` in a JSON report; a section it lacks (no memory, no findings) has none."""
+    """The rows of table ``name`` in a JSON report; a section it lacks (no memory, no findings) has none. Where
+    ``at`` steps into a list (``critical_path[].segments``), the rows of every item, each with the item's
+    ``parent`` keys."""
+    table = TABLES[name]
+    head, _, rest = table.at.partition("[].")
     found: Any = report
-    for key in TABLES[name].at.split("."):
+    for key in head.split("."):
         found = (found or {}).get(key)
-    return found or []
+    if not rest:
+        return found or []
+    out = []
+    for item in found or []:
+        inner: Any = item
+        for key in rest.split("."):
+            inner = (inner or {}).get(key)
+        out += [{**{k: item.get(k) for k in table.parent}, **row} for row in inner or []]
+    return out
 
 
 @cache

