@@ -215,19 +215,28 @@ def _collective_deltas(base, new, tolerance, names, deltas, notes, unmatched) ->
 
 
 def _kernel_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:
-    """The biggest kernels of either report by total time, by name and class: a kernel missing from one report
-    did not run there (the report lists every kernel), so it counts as 0."""
-    a, b = ({(k["name"], k.get("class")): k["total_ns"] for k in r.get("kernels") or []} for r in (base, new))
+    """The biggest kernels of either report by total time, by full name and class (a short name is only
+    unique within its own report): a kernel missing from one report did not run there (the report lists
+    every kernel), so it counts as 0. A kernel is labelled by its short name where a report gives one."""
+    rows = [{(_full(k), k.get("class")): k for k in r.get("kernels") or []} for r in (base, new)]
+    a, b = ({key: k["total_ns"] for key, k in found.items()} for found in rows)
     top = {key for totals in (a, b) for key in sorted(totals, key=lambda k: -totals[k])[:TOP_KERNELS]}
     scale = float(sum(a.values()))
     seen: dict[str, int] = defaultdict(int)
     for name, kind in sorted(top, key=lambda k: (-a.get(k, 0), -b.get(k, 0), repr(k))):
         text = "(no name)" if name is None else name  # a kernel the trace did not name
-        short = text if len(text) <= 60 else f"{text[:40]}…{text[-19:]}"  # both ends tell templates apart
+        row = rows[1].get((name, kind)) or rows[0].get((name, kind)) or {}
+        named = row.get("name") if "name_full" in row and row.get("name") else text
+        short = named if len(named) <= 60 else f"{named[:40]}…{named[-19:]}"  # both ends tell templates apart
         seen[short] += 1
         label = f"kernel {short}{f' [{seen[short]}]' if seen[short] > 1 else ''} total"
         deltas.append(judge(label, a.get((name, kind), 0), b.get((name, kind), 0), "ns", tolerance, scale=scale,
                             key=f"kernels[{kind}:{text}].total_ns"))
+
+
+def _full(kernel: dict) -> str | None:
+    """A kernel row's full name: ``name_full``, or ``name`` in a report saved before short names."""
+    return kernel.get("name_full", kernel.get("name"))
 
 
 def _wait_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> None:

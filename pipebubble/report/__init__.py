@@ -28,6 +28,7 @@ from pipebubble.report.findings import Finding, Where  # noqa: F401 (the report'
 from pipebubble.report.idle import IdleCause  # noqa: F401 (the report's)
 from pipebubble.report.ingest import ClockOffset, Completeness, IngestSummary, Lane, billed  # noqa: F401 (the report's)
 from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
+from pipebubble.report.names import short_names
 from pipebubble.report.pipeline import (  # noqa: F401 (the report's)
     Pipeline,
     Recommendation,
@@ -82,7 +83,7 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
-        return from_dict(cls, data)
+        return from_dict(cls, _with_short_names(data))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: ``schema_version`` first, then the sections in the documented order; plain JSON
@@ -94,6 +95,17 @@ class Report:
         body["requests"] = None if self.requests is None else self.requests.to_dict()
         head = {"schema_version": version, "ingest": body.pop("ingest"), "findings": body.pop("findings")}
         return msgspec.to_builtins({**head, **body}, str_keys=True)
+
+
+def _with_short_names(data: dict[str, Any]) -> dict[str, Any]:
+    """A report's JSON with its kernels' short names: one saved before they were kept (no ``name_full``)
+    names each kernel with its full name, which it keeps as ``name_full`` (``report.names``)."""
+    kernels = data.get("kernels") or []
+    if all("name_full" in k for k in kernels):
+        return data
+    short = short_names(k.get("name") for k in kernels)
+    return {**data, "kernels": [k if "name_full" in k else {**k, "name": short.get(k.get("name")),
+                                                             "name_full": k.get("name")} for k in kernels]}
 
 
 def from_dict(cls: type, data: Any) -> Any:

@@ -38,10 +38,13 @@ class Breakdown:
 @dataclass(frozen=True)
 class KernelStat:
     """One GPU operation name over the whole job (``nsys stats cuda_gpu_kern_sum`` / ``cuda_gpu_mem_time_sum``):
-    ``kind`` (JSON ``class``) is compute, comm, memcpy or memset; ``share`` its total over all GPU work's
-    total (a sum: kernels overlapping on streams each count)."""
+    ``name`` its short name, unique in the table (``report.names``: ``elementwise_kernel[CUDAFunctor_add]``),
+    ``name_full`` the name the trace gives it (a C++ signature, template arguments and all); ``kind`` (JSON
+    ``class``) is compute, comm, memcpy or memset; ``share`` its total over all GPU work's total (a sum:
+    kernels overlapping on streams each count)."""
 
-    name: str
+    name: str | None
+    name_full: str | None
     kind: str
     count: int
     total_ns: int
@@ -54,12 +57,14 @@ class KernelStat:
 
     def to_dict(self) -> dict[str, Any]:
         body = dict(self.__dict__)
-        return {"name": body.pop("name"), "class": body.pop("kind"), **body}
+        return {"name": body.pop("name"), "name_full": body.pop("name_full"), "class": body.pop("kind"), **body}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KernelStat:
+        """A row of the JSON report; one saved before ``name_full`` was kept names it with its full name."""
         data = dict(data)
         data["kind"] = data.pop("class", data.get("kind"))
+        data.setdefault("name_full", data.get("name"))
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 

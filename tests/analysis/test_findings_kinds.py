@@ -21,6 +21,7 @@ from pipebubble.analysis.findings.framework import comm_action, comm_frameworks,
 from pipebubble.options import Options, Scale
 from pipebubble.report import Breakdown, CallStat, Host, KernelStat, Report
 from pipebubble.report.breakdown import Facts, StreamStat, ThreadCall
+from pipebubble.report.names import short_name
 from pipebubble.run import run
 from tests.conftest import shared
 
@@ -251,7 +252,7 @@ def test_layout_conversions_worth_their_time_where_the_gpu_is_busy(tmp_path):
 
 
 def kernel(name: str, kind: str = "compute") -> KernelStat:
-    return KernelStat(name, kind, 1, 1, 1.0, 1.0, 1, 1, 0.0, 0.1)
+    return KernelStat(short_name(name), name, kind, 1, 1, 1.0, 1.0, 1, 1, 0.0, 0.1)
 
 
 def test_framework_from_names():

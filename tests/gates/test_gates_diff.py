@@ -137,6 +137,21 @@ def test_a_slower_kernel_and_more_idle_gpu_regress(tmp_path):
     assert {"lane rank0/gpu0 idle", "step time", "idle GPU time per step"} <= names
 
 
+def test_a_report_saved_before_short_names_matches_its_kernels_by_full_name():
+    """A kernel is the same kernel by its full name: an older report (full names in ``name``, no
+    ``name_full``) against a new one of the same trace has every kernel matched, labelled by its short name."""
+    new = report(shared("kineto", "resnet_ddp_a100_nccl_rank0.json.gz"))
+    old = copy.deepcopy(new)
+    for k in old["kernels"]:
+        k["name"] = k.pop("name_full")
+    result = diff(old, new, 0.0)
+    assert_identical(result)
+    kernels = [d for d in result.deltas if d.metric.startswith("kernel ")]
+    assert kernels and all("(" not in d.metric and "<" not in d.metric for d in kernels)
+    assert "kernels[comm:ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)].total_ns" in {
+        d.key for d in kernels}
+
+
 def test_a_cpu_pipeline_bills_cpu_time():
     """The idle per step of a pipeline of CPU ranks (gloo, no GPU lane) is CPU time, as the report says."""
     base = report(ROOT / "sample_traces" / "pipeline_1f1b")

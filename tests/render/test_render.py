@@ -35,6 +35,7 @@ from pipebubble.report import (
     StepResult,
     Wait,
 )
+from pipebubble.report.names import short_names
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 MS = 1_000_000
@@ -231,13 +232,14 @@ def gpu_time_report(gpus: int = 2) -> Report:
                  *(_gpu(lane, r, step, 50 * MS - step * MS, 30 * MS - slow * 5 * MS, (10 * MS, 4 * MS), (2 * MS, MS),
                         {"cpu_ops": 8 * MS - step * MS, "sync_stall": 2 * MS, "peer": 5 * MS * slow, "unknown": 5 * MS})
                    for step in (1, 2))]
-    kernels = [KernelStat(ADD, "compute", 1200, 45 * MS, 37_500.0, 36_000.0, 20_000, 90_000, 5_123.4567, 0.45),
-               KernelStat(ALLREDUCE, "comm", 40, 30 * MS, 750_000.0, 700_000.0, 500_000, 2 * MS, 120_000.0, 0.3),
-               KernelStat("ampere_sgemm_128x64_tn", "compute", 400, 20 * MS, 50_000.0, 50_000.0, 49_000, 51_000,
-                          400.0, 0.2),
-               KernelStat("Memcpy HtoD (Pageable -> Device)", "memcpy", 10, 4 * MS, 400_000.0, 400_000.0, 300_000,
-                          500_000, 50_000.0, 0.04),
-               KernelStat("Memset (Device)", "memset", 5, MS, 200_000.0, 200_000.0, 200_000, 200_000, 0.0, 0.01)]
+    stats = [(ADD, "compute", 1200, 45 * MS, 37_500.0, 36_000.0, 20_000, 90_000, 5_123.4567, 0.45),
+             (ALLREDUCE, "comm", 40, 30 * MS, 750_000.0, 700_000.0, 500_000, 2 * MS, 120_000.0, 0.3),
+             ("ampere_sgemm_128x64_tn", "compute", 400, 20 * MS, 50_000.0, 50_000.0, 49_000, 51_000, 400.0, 0.2),
+             ("Memcpy HtoD (Pageable -> Device)", "memcpy", 10, 4 * MS, 400_000.0, 400_000.0, 300_000, 500_000,
+              50_000.0, 0.04),
+             ("Memset (Device)", "memset", 5, MS, 200_000.0, 200_000.0, 200_000, 200_000, 0.0, 0.01)]
+    short = short_names(row[0] for row in stats)  # as the analysis names them
+    kernels = [KernelStat(short[row[0]], *row) for row in stats]
     host = Host(api=[CallStat("cudaStreamSynchronize", 10, 12 * MS, 1_200_000.0, 5 * MS),
                      CallStat("cudaLaunchKernel", 1650, 8_250_000, 5_000.0, 120_000),
                      CallStat("cudaMemcpyAsync", 10, 2 * MS, 200_000.0, 400_000)],

@@ -132,9 +132,9 @@ def test_every_csv_table_has_a_header_even_without_rows(table):
 
 def test_csv_kernels_in_us_read_back_exactly():
     got = rows(render(gpu_time_report(), "csv", table="kernels", timeunit="us"))
-    assert list(got[0]) == ["name", "class", "count", "total_us", "mean_us", "median_us", "min_us", "max_us",
-                            "std_us", "share"]
-    assert got[0]["name"] == ADD  # commas and all, quoted
+    assert list(got[0]) == ["name", "name_full", "class", "count", "total_us", "mean_us", "median_us", "min_us",
+                            "max_us", "std_us", "share"]
+    assert (got[0]["name"], got[0]["name_full"]) == ("vectorized_elementwise_kernel", ADD)  # commas and all, quoted
     assert (got[0]["class"], got[0]["count"], got[0]["total_us"], got[0]["mean_us"]) == ("compute", "1200", "45000",
                                                                                          "37.5")
     assert got[0]["std_us"] == "5.123457" and float(got[0]["share"]) == 0.45  # a mean to the thousandth of a ns

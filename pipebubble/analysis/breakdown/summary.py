@@ -8,6 +8,7 @@ from pipebubble.analysis.breakdown.facts import TINY_GAP_NS
 from pipebubble.analysis.breakdown.part import SHORT_KERNEL_NS, GpuPart
 from pipebubble.report import CallStat, Host, KernelStat
 from pipebubble.report.breakdown import Facts, LaneGaps, StreamStat, ThreadCall
+from pipebubble.report.names import short_names
 
 MAX_RANGES = 1000  # annotation ranges listed (by total); ``Host.ranges_total`` counts them all
 MAX_CALLS = 100  # start-up calls and framework markers kept per host thread (by total), ``Facts.calls``
@@ -43,12 +44,14 @@ def _counted_median() -> pl.Expr:
 
 
 def _stats(stats: pl.DataFrame) -> list[KernelStat]:
-    """One file's per-name statistics as the kernel summary."""
+    """Per-name statistics as the kernel summary, each name shortened, unique in the table (``report.names``)."""
     grand = int(stats["total"].sum()) if stats.height else 0
     ordered = stats.sort("total", "name", descending=[True, False])
+    short = short_names(ordered["name"].to_list()) if ordered.height else {}
     return [
-        KernelStat(r["name"], r["kind"], r["count"], r["total"], r["total"] / r["count"], float(r["median"]),
-                   r["min"], r["max"], _std(r["count"], r["total"], r["sq"]), r["total"] / grand if grand else 0.0)
+        KernelStat(short.get(r["name"]), r["name"], r["kind"], r["count"], r["total"], r["total"] / r["count"],
+                   float(r["median"]), r["min"], r["max"], _std(r["count"], r["total"], r["sq"]),
+                   r["total"] / grand if grand else 0.0)
         for r in ordered.iter_rows(named=True)
     ]
 

@@ -53,13 +53,14 @@ def _names(report: Report) -> list[str]:
     host = report.host
     calls = [] if host is None else [c.name for c in [*host.api, *host.ranges] if c.name]
     marked = [] if host is None else [c.name for c in sorted(host.facts.calls, key=lambda c: -c.total_ns) if c.name]
-    return list(dict.fromkeys([*calls, *marked, *(k.name for k in report.kernels if k.name)]))
+    kernels = [k.name_full or k.name for k in report.kernels]  # the names the trace gives them
+    return list(dict.fromkeys([*calls, *marked, *(name for name in kernels if name)]))
 
 
 def comm_frameworks(report: Report) -> set[str]:
     """``framework(report)`` less the frameworks whose collectives no communication kernel of the job runs
     (``COLLECTIVES``): the exposed communication is the kernels', so their advice is what applies."""
-    comm = [k.name for k in report.kernels if k.kind == "comm"]
+    comm = [k.name_full or k.name for k in report.kernels if k.kind == "comm"]
     return {f for f in framework(report)
             if f not in COLLECTIVES or any(re.search(COLLECTIVES[f], name) for name in comm)}
 

@@ -26,7 +26,7 @@ from pipebubble.analysis.breakdown.facts import LAYOUT
 from pipebubble.analysis.findings import framework as fw
 from pipebubble.analysis.findings.common import finding, gpu_step, gpus, mean, ms, step_rows
 from pipebubble.analysis.findings.per_lane import busiest_lane, by_lane, on_step, whole_windows
-from pipebubble.report import Breakdown, Report
+from pipebubble.report import Breakdown, KernelStat, Report
 from pipebubble.report.findings import Finding, Where
 
 #: The runtime calls that launch a kernel (their mean duration is a launch's host cost).
@@ -70,8 +70,8 @@ def tiny_kernels(report: Report, groups: list) -> Finding | None:
     return finding(
         "tiny_kernels",
         f"{tiny:,} of {count:,} kernels run under {host.short_kernel_ns / 1000:g} µs"
-        f" ({tiny_ns / total:.1%} of kernel time); the busiest GPU ({', '.join(lanes)}) idles {ms(worth)}"
-        f" {step.per_words} between them",
+        + (f" ({tiny_ns / total:.1%} of kernel time)" if total else "")
+        + f"; the busiest GPU ({', '.join(lanes)}) idles {ms(worth)} {step.per_words} between them",
         Where(gpus=lanes),
         "each tiny kernel costs the host a launch (and an operator's dispatch) longer than the GPU takes to run"
         " it, so the GPU waits between them",
@@ -102,15 +102,15 @@ def layout_conversion(report: Report, groups: list) -> Finding | None:
     if worth <= 0:
         return None
     lanes = [top[0].lane]
-    names = [k for k in report.kernels if k.kind == "compute" and re.search(LAYOUT, k.name.split("(")[0])]
+    names = [k for k in report.kernels if k.kind == "compute" and re.search(LAYOUT, _full(k).split("(")[0])]
     gpu_ns, per_step = mean([p.gpu_ns for p in parts]), mean([p.count for p in parts])
     evidence = {
         "conversions": sum(counts.values()), "conversion_ns": sum(times.values()),
         "per_step": {"count": per_step, "gpu_ns": gpu_ns, "busy_share": sum(p.busy for p in parts) / len(parts)},
         "launch_call_mean_ns": launch, "busiest_gpus": lanes,
-        "kernels": {k.name: {"count": k.count, "total_ns": k.total_ns} for k in names},
+        "kernels": {_full(k): {"count": k.count, "total_ns": k.total_ns} for k in names},
     }
-    shown = ", ".join(_short(k.name) for k in names[:SHOWN])
+    shown = ", ".join(str(k.name) for k in names[:SHOWN])  # as the kernel table names them
     return finding(
         "layout_conversion",
         f"layout conversions ({shown}): {per_step:,} kernels and {ms(gpu_ns)} of GPU time {step.per_words} on"
@@ -152,10 +152,9 @@ def _mean_launch(report: Report) -> float:
     return sum(c.total_ns for c in calls) / count if count else 0.0
 
 
-def _short(name: str) -> str:
-    """A kernel's function name without its namespace, template arguments and parameters (``nchwToNhwcKernel``)."""
-    function = re.sub(r"<.*", "", name.split("(")[0]).removeprefix("void ")
-    return function.split("::")[-1]
+def _full(kernel: KernelStat) -> str:
+    """The name the trace gives a kernel (the table's ``name`` is its short form)."""
+    return kernel.name_full or kernel.name or ""
 
 
 def _tiny_action(frameworks: set[str]) -> str:

@@ -57,7 +57,7 @@ def _compare_breakdown(report: Report, job: ind.Job, ops: list[ind.Op] | None = 
 
 def _compare_kernels(report: Report, ops: list[ind.Op]) -> None:
     expected = ind.kernel_summary(ops)
-    got = {(k.name, k.kind): k for k in report.kernels}
+    got = {(k.name_full, k.kind): k for k in report.kernels}
     assert sorted(got) == sorted(expected)
     for key, want in expected.items():
         have = got[key]
