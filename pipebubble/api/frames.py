@@ -131,16 +131,33 @@ def timed(table: pl.DataFrame, unit: str = "ns", origin_ns: int | None = None) -
     and, given ``origin_ns``, its instants (``INSTANTS``) counted from it."""
     import polars as pl
 
-    if unit not in UNITS:
-        raise PipebubbleError(f"unit={unit!r}: expected one of {', '.join(UNITS)}")
+    scale = ns_per(unit)
     times = [c for c, t in table.schema.items() if c.endswith("_ns") and t.is_numeric()]
     moved = [pl.col(c) - origin_ns for c in times if origin_ns is not None and c in INSTANTS]
     table = table.with_columns(moved) if moved else table
     if unit == "ns":
         return table
     return table.with_columns(
-        (pl.col(c) / UNITS[unit]).alias(c.removesuffix("_ns") + f"_{unit}") for c in times
+        (pl.col(c) / scale).alias(c.removesuffix("_ns") + f"_{unit}") for c in times
     ).select(c.removesuffix("_ns") + f"_{unit}" if c in times else c for c in table.columns)
+
+
+def timed_spans(table: pl.DataFrame, unit: str = "ns", origin_ns: int | None = None) -> pl.DataFrame:
+    """The span table with ``start`` and ``end`` from ``origin_ns`` (when given) and in ``unit`` (as
+    ``timed`` puts a table's times; the span table's columns keep their names)."""
+    import polars as pl
+
+    scale = ns_per(unit)
+    if origin_ns is not None:
+        table = table.with_columns(pl.col("start") - origin_ns, pl.col("end") - origin_ns)
+    return table if unit == "ns" else table.with_columns(pl.col("start", "end") / scale)
+
+
+def ns_per(unit: str) -> int:
+    """Nanoseconds in one ``unit`` (``UNITS``); a PipebubbleError naming the units for any other."""
+    if unit not in UNITS:
+        raise PipebubbleError(f"unit={unit!r}: expected one of {', '.join(UNITS)}")
+    return UNITS[unit]
 
 
 def to_pandas(table: pl.DataFrame) -> pd.DataFrame:

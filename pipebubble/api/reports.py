@@ -87,7 +87,7 @@ class Report:
         use. Empty for a report read back from JSON whose traces are gone."""
         if self._spans is None:
             self._spans = _spans(self.data)
-        return timed_spans(self._spans, self.unit, self.origin_ns if self.relative else None)
+        return frames.timed_spans(self._spans, self.unit, self.origin_ns if self.relative else None)
 
     @public
     def show(self, section: str) -> Any:
@@ -195,19 +195,6 @@ def _spans(report: data.Report) -> pl.DataFrame:
         return table
     offset = pl.col("source").replace_strict(moved, default=0, return_dtype=pl.Int64)
     return table.with_columns(start=pl.col("start") - offset, end=pl.col("end") - offset)
-
-
-def timed_spans(table: pl.DataFrame, unit: str, origin_ns: int | None) -> pl.DataFrame:
-    """The span table with ``start`` and ``end`` from ``origin_ns`` (when given) and in ``unit``."""
-    import polars as pl
-
-    if origin_ns is not None:
-        table = table.with_columns(pl.col("start") - origin_ns, pl.col("end") - origin_ns)
-    if unit == "ns":
-        return table
-    if unit not in frames.UNITS:
-        raise PipebubbleError(f"unit={unit!r}: expected one of {', '.join(frames.UNITS)}")
-    return table.with_columns(pl.col("start", "end") / frames.UNITS[unit])
 
 
 def _table_attribute(name: str) -> property:

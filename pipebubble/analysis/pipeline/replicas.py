@@ -41,18 +41,18 @@ def keyed(work: pl.DataFrame, count: int) -> pl.DataFrame:
     return work.with_columns(step=pl.col("step").cast(pl.Int64) * count + pl.col("replica"))
 
 
-def complete(work: pl.DataFrame) -> pl.DataFrame:
+def complete(work: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The work (with ``replica``) of the steps each replica completed (every stage computed), clipped to
-    that replica's step windows, steps keyed per replica (``keyed``)."""
+    that replica's step windows, steps keyed per replica (``keyed``); and those windows."""
     count = int(work["replica"].max()) + 1
     steps = pm.complete_steps(keyed(work, count))
-    return pm.clip_to_windows(steps, pm.windows(steps))
+    wins = pm.windows(steps)
+    return pm.clip_to_windows(steps, wins), wins
 
 
-def slowest(work: pl.DataFrame) -> int:
-    """The replica whose mean step window is longest (the lowest of those tied): the one the job waits for."""
-    wins = pm.windows(work)
-    count = int(work["replica"].max()) + 1
+def slowest(wins: pl.DataFrame, count: int) -> int:
+    """The replica whose mean step window (``wins``, keyed per replica) is longest (the lowest of those tied):
+    the one the job waits for."""
     mean = wins.group_by(replica=pl.col("step") % count).agg(
         (pl.col("window_end") - pl.col("window_start")).mean().alias("ns"))
     return int(mean.sort(pl.col("ns"), "replica", descending=[True, False])["replica"][0])
@@ -60,17 +60,17 @@ def slowest(work: pl.DataFrame) -> int:
 
 def analyse(
     work: pl.DataFrame,
+    wins: pl.DataFrame,
     p: int,
     plan: tuple[str | None, int, int | None],
     workers: dict[tuple[int, int], Worker],
     analysed: int,
     lanes: dict[tuple[int, int], str],
 ) -> tuple[Replicas, list[Wait]]:
-    """The replicas' section and their waits at the gradient sync, from ``complete`` work (``plan``: the
-    detected schedule, chunks and micro-batches; ``workers``: (stage, replica) -> where the trace puts it;
-    ``lanes``: each worker's first lane)."""
+    """The replicas' section and their waits at the gradient sync, from ``complete`` work and windows
+    (``plan``: the detected schedule, chunks and micro-batches; ``workers``: (stage, replica) -> where the
+    trace puts it; ``lanes``: each worker's first lane)."""
     count = int(work["replica"].max()) + 1
-    wins = pm.windows(work)
     table = pm.stage_step_table(work, wins)
     steps = (
         wins.with_columns(replica=pl.col("step") % count, k=pl.col("step") // count)

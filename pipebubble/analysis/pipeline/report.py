@@ -170,9 +170,10 @@ def reduce_stages(
     pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
     pipeline = replace(pipeline, evidence=found, p2p=paired)
     if every is not None:
-        lanes = dict(((s, r), lane) for s, r, lane in every.group_by("stage", "replica").agg(pl.col("lane").min())
+        done, done_wins = every
+        lanes = dict(((s, r), lane) for s, r, lane in done.group_by("stage", "replica").agg(pl.col("lane").min())
                      .iter_rows())
-        section, sync = rp.analyse(every, p, (schedule, chunks, m), workers, analysed, lanes)
+        section, sync = rp.analyse(done, done_wins, p, (schedule, chunks, m), workers, analysed, lanes)
         threshold = options.wait_threshold * pipeline.step_time_ns
         waits = sorted([*waits, *(w for w in sync if w.dur_ns > threshold)], key=lambda w: -w.dur_ns)
         pipeline = replace(pipeline, replicas=section)
@@ -185,26 +186,28 @@ def _too_few(options: PipelineOptions, names: list[str]) -> list[str]:
     return [note] if note else []
 
 
-def _one_replica(work: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None,
+def _one_replica(work: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame,
+                                                                  tuple[pl.DataFrame, pl.DataFrame] | None,
                                                                   int | None]:
     """The work and host activity of the replica analysed as the pipeline (in a job of several, the slowest:
-    the one the job waits for), every replica's complete work (None in a job of one) and which replica."""
+    the one the job waits for), every replica's complete work with its windows (``replicas.complete``; None
+    in a job of one) and which replica."""
     replicas = work["replica"].unique().drop_nulls()
     if replicas.len() <= 1:
         analysed = replicas[0] if replicas.len() else None
         return work.drop("replica"), host.drop("replica", strict=False), None, analysed
     every = rp.complete(work)
-    analysed = rp.slowest(every) if every.height else int(replicas.min())
+    count = int(replicas.max()) + 1
+    analysed = rp.slowest(every[1], count) if every[0].height else int(replicas.min())
     mine = pl.col("replica") == analysed
     return work.filter(mine).drop("replica"), host.filter(mine).drop("replica"), every, analysed
 
 
 def _with_coordinates(rows: list[Stage], workers: dict, replica: int | None) -> list[Stage]:
     """The stage rows with what the trace names of each stage's worker in the replica analysed."""
-    out = []
+    out, several = [], any(r for _, r in workers)
     for row in rows:
         w = workers.get((row.stage, replica if replica is not None else 0))
-        several = any(r for _, r in workers)
         out.append(replace(row, rank=w.rank if w else None, tp=w.tp if w else None,
                            replica=w.replica if w and several else None))
     return out
