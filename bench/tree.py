@@ -1,5 +1,10 @@
 """Run a command and measure the whole process tree: wall seconds, CPU seconds of the tree, and the peak of
-the tree's summed resident memory (a pool's workers included, not only the largest process)."""
+the tree's summed memory (a pool's workers included, not only the largest process).
+
+Anonymous memory is summed as each process's ``Pss_Anon`` (``/proc/<pid>/smaps_rollup``): a worker forked from
+the fork server shares its pages with the server and its siblings until it writes them, and Pss splits each
+shared page among the processes that map it, so the sum counts every page once (summing RssAnon counts a shared
+page once per process)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -19,29 +24,72 @@ class Measured:
     wall_s: float
     cpu_s: float
     peak_tree_rss: int  # bytes: the largest sum of RSS over the process group seen while it ran (sampled)
-    peak_tree_anon: int  # bytes: the same of anonymous memory (RssAnon: the heap, not the page cache's mapped files)
+    peak_tree_anon: int  # bytes: the same of anonymous memory (Pss_Anon: the heap, each shared page counted once)
     leftover: int  # processes still in the group when the command exited
+    #: at the sample of ``peak_tree_anon``: each process's Pss_Anon (bytes) by pid and name, biggest first
+    peak_where: tuple[tuple[int, str, int], ...] = field(default=())
+    peak_at_s: float = 0.0  # seconds after the start when ``peak_tree_anon`` was seen
 
 
-def _group_rss(pgid: int) -> tuple[int, int, int]:
-    """The summed RSS and RssAnon (bytes) of the processes of group ``pgid``, and how many there are."""
-    total, anon, count = 0, 0, 0
+def _rollup(pid: str) -> tuple[int, int]:
+    """A process's resident and anonymous memory in bytes (``Rss`` and ``Pss_Anon`` of smaps_rollup; where
+    the kernel has no Pss_Anon, RssAnon of its status)."""
+    rss = anon = None
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss_Anon:"):
+                    anon = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if rss is None or anon is None:
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f if ":" in line)
+        rss = int(status["VmRSS"].split()[0]) * 1024 if rss is None else rss
+        anon = int(status["RssAnon"].split()[0]) * 1024 if anon is None else anon
+    return rss, anon
+
+
+def _role(pid: str, pgid: int, parent: int) -> str:
+    """What a process of the group is: the command itself, multiprocessing's fork server or resource
+    tracker, a pool worker (forked from the server, or spawned by the command), or another child."""
+    if int(pid) == pgid:
+        return "command"
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        line = f.read().replace(b"\0", b" ")
+    for helper in (b"forkserver", b"resource_tracker"):
+        if helper in line:
+            return "worker" if parent != pgid and helper == b"forkserver" else helper.decode()
+    return "worker" if b"multiprocessing" in line else "child"
+
+
+def _group(pgid: int) -> list[tuple[int, str, int, int]]:
+    """(pid, name, RSS, Pss_Anon) of each process of group ``pgid``."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                text = f.read()
+            fields = text.rsplit(")", 1)[1].split()
             if int(fields[2]) != pgid:  # field 5 of stat: the process group
                 continue
-            with open(f"/proc/{entry}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-            total += int(status["VmRSS"].split()[0]) * 1024
-            anon += int(status["RssAnon"].split()[0]) * 1024
-            count += 1
+            name = _role(entry, pgid, int(fields[1]))
+            rss, anon = _rollup(entry)
+            found.append((int(entry), name, rss, anon))
         except (OSError, IndexError, ValueError, KeyError):
             continue
-    return total, anon, count
+    return found
+
+
+def _group_rss(pgid: int) -> tuple[int, int, int]:
+    """The summed RSS and Pss_Anon (bytes) of the processes of group ``pgid``, and how many there are."""
+    found = _group(pgid)
+    return sum(p[2] for p in found), sum(p[3] for p in found), len(found)
 
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipebubble"
@@ -63,13 +111,19 @@ def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.0
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
     peak = peak_anon = 0
+    where: tuple[tuple[int, str, int], ...] = ()
+    peak_at = 0.0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak, peak_anon
+        nonlocal peak, peak_anon, where, peak_at
         while not done.is_set():
-            rss, anon, _ = _group_rss(proc.pid)
-            peak, peak_anon = max(peak, rss), max(peak_anon, anon)
+            found = _group(proc.pid)
+            rss, anon = sum(p[2] for p in found), sum(p[3] for p in found)
+            peak = max(peak, rss)
+            if anon > peak_anon:
+                peak_anon, peak_at = anon, time.perf_counter() - start
+                where = tuple(sorted(((p[0], p[1], p[3]) for p in found), key=lambda p: -p[2]))
             time.sleep(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -87,7 +141,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     # Sampled only: the child's ru_maxrss starts from this process's own size (it is kept across fork and exec).
-    return Measured(wall, usage.ru_utime + usage.ru_stime, peak, peak_anon, leftover)
+    return Measured(wall, usage.ru_utime + usage.ru_stime, peak, peak_anon, leftover, where, peak_at)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.intervals import ENGINE, union_stats
+from pipebubble.analysis.intervals import ENGINE, time_edges, union_stats
 from pipebubble.spans import CPU_WORK, GPU_WORK
 
 LANE_COLUMNS = [
@@ -63,16 +63,14 @@ def sort_lanes(table: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
 def lane_table_windowed(spans: pl.LazyFrame, rows_per_window: int = 1_000_000) -> pl.DataFrame:
     """``lane_table`` of a span table too big for memory, read in time windows of about ``rows_per_window``
-    spans. Exact: spans are clipped to each window, the union of clipped spans adds up over disjoint windows,
-    and clipping moves no lane's first or last busy instant."""
+    spans starting in each (``intervals.time_edges``). Exact: spans are clipped to each window, the union of
+    clipped spans adds up over disjoint windows, and clipping moves no lane's first or last busy instant."""
     columns = ["lane", "kind", "rank", "pid", "tid", "device", "stream", "start", "end"]
     gpu = pl.col("device").is_not_null() & pl.col("kind").is_in(GPU_WORK)
     work = spans.select(columns).filter(gpu | (pl.col("device").is_null() & pl.col("kind").is_in(CPU_WORK)))
-    n, t0, t1 = work.select(pl.len(), pl.col("start").min(), pl.col("end").max()).collect().row(0)
+    n, edges = time_edges(work, rows_per_window)
     if not n:
         return lane_table(work.collect())
-    k = max(1, -(-n // rows_per_window))
-    edges = [t0 + (t1 + 1 - t0) * i // k for i in range(k + 1)]
     pieces = []
     for a, b in zip(edges, edges[1:], strict=False):
         inside = (pl.col("start") < b) & ((pl.col("end") > a) | (pl.col("start") >= a))

@@ -115,8 +115,9 @@ RayAddress = Annotated[str | None, typer.Option(
 Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Processes (or Ray CPUs) to use (default: all cores).", rich_help_panel=SCALE)]
 MemoryBudget = Annotated[str | None, typer.Option(
-    "--memory-budget", metavar="SIZE", help="Memory the analysis may use, e.g. 800M or 2G (default: an eighth of "
-    "the available memory; env PIPEBUBBLE_MEMORY_BUDGET). A bigger trace is spilled to disk and read in windows.",
+    "--memory-budget", metavar="SIZE", help="Memory the analysis may use, its worker processes included, e.g. 800M "
+    "or 2G (at least 269M; default: an eighth of the available memory; env PIPEBUBBLE_MEMORY_BUDGET). A bigger "
+    "trace is spilled to disk and read in windows.",
     rich_help_panel=SCALE)]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Decode again; ignore the span and report caches.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr (warnings and errors "

@@ -133,10 +133,20 @@ def read_file(path: Path | str, position: int = 0, use_cache: bool = True, worke
     result, entry_key, reader = _cached(path, use_cache)
     if result is None:
         split = workers > 1 and reader.splits(path)  # the blocks of one big file, on a pool
-        with _pool(workers - 1) if split else nullcontext() as pool:
+        workers = _decoders(workers) if split else workers
+        with _pool(workers - 1) if split and workers > 1 else nullcontext() as pool:
             result = _read_somewhere(reader, path, position, pool, entry_key)
         _store(path, result, entry_key, use_cache)
     return _with_warnings(result, cache.warnings()[seen:])
+
+
+def _decoders(cores: int) -> int:
+    """How many processes decode a big JSON file's blocks at once: as many as the memory budget holds
+    (``budget.decoders``), at most ``cores``."""
+    from pipebubble import budget
+    from pipebubble.ingest.json import trace
+
+    return budget.decoders(cores, budget.block_bytes(trace.BLOCK_BYTES))
 
 
 def read_files(jobs: list[tuple[str, int]], use_cache: bool = True) -> list[FileResult]:

@@ -72,7 +72,7 @@ def _not_mapped(scale: Scale, why: str) -> None:
 def execute(files: list[Path], options: Options, scale: Scale, on_file: OnFile | None = None) -> Report:
     """Map every trace file on ``scale``'s executor, then reduce here. The parts other processes map cross
     as bytes (``wire``); those mapped here are taken as they are."""
-    from pipebubble import executor
+    from pipebubble import budget, executor
     from pipebubble.ingest import cache
     from pipebubble.run import wire
     from pipebubble.run.mapper import map_file, map_files
@@ -80,11 +80,28 @@ def execute(files: list[Path], options: Options, scale: Scale, on_file: OnFile |
 
     cache.clean_at_exit()  # a worker's fallback cache folder outlives the worker: this process removes it
     jobs = [(str(f), i) for i, f in enumerate(files)]
-    parts = executor.each(
-        jobs, map_file, scale, on_file, batch=map_files, wire=(wire.encode, wire.decode), options=options,
-        use_cache=scale.use_cache
-    )
+    scale, processes = _within_budget(scale, len(files))
+    with budget.shared(processes):
+        parts = executor.each(
+            jobs, map_file, scale, on_file, batch=map_files, wire=(wire.encode, wire.decode), options=options,
+            use_cache=scale.use_cache
+        )
     return reduce(parts, options)
+
+
+def _within_budget(scale: Scale, files: int) -> tuple[Scale, int]:
+    """``scale`` with no more local processes mapping files at once than the memory budget holds
+    (``budget.mappers``), and how many there are: each maps within its share. A lone file is mapped by this
+    process (its blocks decoded by as many as the budget holds: ``ingest.read_file``); Ray's workers are not
+    this machine's."""
+    import os
+
+    from pipebubble import budget
+
+    if scale.executor != "local" or files < 2:
+        return scale, 1
+    processes = budget.mappers(min(files, scale.workers or os.cpu_count() or 1))
+    return replace(scale, workers=processes), processes
 
 
 def _rebuilt(cached: dict | None) -> Report | None:

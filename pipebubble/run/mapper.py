@@ -128,7 +128,8 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     - its communication rows only (``registry.comm_rows``), for a rank of a job that holds no pipeline
       evidence (``pipeline.part.no_evidence``) nor sign of engine steps (``registry.serving_ranks``): a data-,
       fully sharded or expert-parallel rank: its collectives, stage part and memory;
-    - the table whole, otherwise (a pipeline stage, an engine's trace)."""
+    - the table whole, otherwise (a pipeline stage, an engine's trace), where the memory budget holds it
+      (``budget.whole_read``; else a BudgetError says the least budget that does)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipebubble import budget
@@ -164,7 +165,9 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     elif lean_enough:
         spans = comm_rows(scan)  # every profiler step among them too, which the memory part reads
         known = {**known, **_LEAN, "comm": comm_of(spans, participant_windows(scan))}
-    else:
+    else:  # within the budget, or refused saying the least budget that holds it
+        budget.whole_read(int(result.meta.get("spans") or 0), f"{result.source} may hold pipeline stages or engine "
+                          "steps: their analysis")
         spans = scan.collect()
     return _file_part(_account(result, result.meta), parts_of(spans, options, _given(result), known))
 
@@ -195,7 +198,8 @@ def _breakdown_windowed(scan: pl.LazyFrame, spill: Path, options: Options, rows:
         warning = f"{work}: {reason}; the GPU breakdown's narrow copies held in memory instead"
         tables = [query.collect().lazy() for query in narrow(scan)]
     try:
-        gpu = gpu_part_windowed(scan, *tables, options.serving.step_regex, options.files == 1, rows)
+        gpu = gpu_part_windowed(scan, *tables, options.serving.step_regex, options.files == 1, rows,
+                                scratch=scratch)
     finally:
         if scratch is not None:
             discard(scratch)

@@ -128,3 +128,25 @@ def test_windowed_lane_table_equals_in_memory():
     whole = lane_table(spans)
     for rows in (1_000, 7_777, 10**9):
         assert lane_table_windowed(spans.lazy(), rows).equals(whole)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 10**12), min_size=1, max_size=400), st.integers(1, 50), st.integers(0, 10**6))
+def test_time_edges_cut_windows_of_about_the_rows_asked(starts, rows, length):
+    """Every start lies in one window; at most a bin (1/64 of a window's share of the time) more than a
+    window's share of the rows start in one, however the starts bunch (all at one instant: one window)."""
+    from collections import Counter
+
+    from pipebubble.analysis.intervals import _EDGE_BINS, _EDGE_BINS_MAX, time_edges
+
+    spans = pl.DataFrame({"start": starts}).with_columns(end=pl.col("start") + length)
+    n, edges = time_edges(spans.lazy(), rows)
+    assert n == len(starts) and edges == sorted(set(edges))
+    assert edges[0] == min(starts) and edges[-1] == max(max(starts), max(starts) + length) + 1
+    counts = [sum(a <= s < b for s in starts) for a, b in zip(edges, edges[1:], strict=False)]
+    assert sum(counts) == n
+    k = -(-n // rows)
+    width = -(-(max(starts) - min(starts) + 1) // min(_EDGE_BINS_MAX, _EDGE_BINS * k))
+    bin_rows = max(Counter((s - min(starts)) // width for s in starts).values())
+    assert max(counts) <= -(-n // k) + bin_rows
+    assert time_edges(spans.lazy().filter(pl.col("start") < 0), rows) == (0, [])

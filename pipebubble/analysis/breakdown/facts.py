@@ -13,8 +13,8 @@ keep (``report.Facts``, under ``Host.facts``), each a small query over the part'
   the busy period, the op after it the one that opened the next), counting only gaps up to ``TINY_GAP_NS``.
   A longer gap is not a kernel's launch overhead (a launch costs microseconds, an eager operator's dispatch
   tens of them): a sync, a blocking copy or other host work held the GPU, which the idle account names.
-  Its sort holds each operation's lane, times and whether it is tiny (a spilled table's too: about as much
-  as the launch delays its breakdown holds whole).
+  Its sort holds each operation's lane, times and whether it is tiny; a spilled table's are counted window
+  by window instead (``WindowedGaps``), each lane's last operation carried to the next.
 - ``calls``: per host thread and name, the start-up calls (``STARTUP``: context, module and library
   loading, handle and communicator creation; ``ALLOCATOR``: device and pinned allocations and frees) and the
   framework markers (``FRAMEWORK``: DDP's and FSDP's ranges and reducer operators, TorchRec and FBGEMM
@@ -95,17 +95,62 @@ def gaps(gpu: pl.LazyFrame) -> pl.LazyFrame:
     maximum of the ends; a gap opens where an operation starts past the reach of those before it, and its
     ends are tiny when that operation is a tiny kernel and the one before it is a tiny kernel ending at the
     reach."""
+    found = _tiny_gaps(gap_ops(gpu).sort(*ORDER))
+    summed = found.group_by("lane").agg(count=pl.len().cast(pl.Int64), total=pl.col("gap").sum())
+    return summed.with_columns(pl.col("lane").cast(pl.String))
+
+
+#: The order ``gaps`` reads a lane's operations in: by start and end, and among equals a tiny kernel last (so
+#: the operation before a gap is the same whatever order the table holds equal ones in).
+ORDER = ("lane", "start", "end", "tiny")
+
+
+def gap_ops(gpu: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """lane (a category), start, end, tiny: what ``gaps`` reads of each GPU operation."""
     dur = pl.col("end") - pl.col("start")
     tiny = pl.col("cls").is_in(["compute", "comm"]) & (dur < TINY_NS)
-    ops = gpu.select(pl.col("lane").cast(pl.Categorical), "start", "end", tiny=tiny)
-    ops = ops.sort("lane", "start", "end").with_columns(reach=pl.col("end").cum_max().over("lane"))
+    return gpu.lazy().select(pl.col("lane").cast(pl.Categorical), "start", "end", tiny=tiny)
+
+
+def _tiny_gaps(ops: pl.LazyFrame, reach: pl.Expr | None = None) -> pl.LazyFrame:
+    """lane, gap: the gaps ``gaps`` counts among ``ops`` (``gap_ops``' columns, sorted in ``ORDER``);
+    ``reach``: where the busy period of a lane's first row reaches, where it is not its own end."""
+    end = pl.col("end") if reach is None else reach
+    ops = ops.with_columns(reach=end.cum_max().over("lane"))
     before = {c: pl.col(c).shift(1).over("lane") for c in ("reach", "end", "tiny")}
     gap = pl.col("start") - before["reach"]
     tiny_ends = pl.col("tiny") & before["tiny"] & (before["end"] == before["reach"])
-    found = ops.select("lane", gap=gap, keep=tiny_ends).filter(
-        pl.col("keep") & (pl.col("gap") > 0) & (pl.col("gap") <= TINY_GAP_NS))
-    summed = found.group_by("lane").agg(count=pl.len().cast(pl.Int64), total=pl.col("gap").sum())
-    return summed.with_columns(pl.col("lane").cast(pl.String))
+    return ops.select("lane", gap=gap, keep=tiny_ends).filter(
+        pl.col("keep") & (pl.col("gap") > 0) & (pl.col("gap") <= TINY_GAP_NS)).select("lane", "gap")
+
+
+class WindowedGaps:
+    """``gaps`` over the GPU operations a window at a time (each window's operations: those that start in
+    it, windows in time order): each lane's last operation and the reach before it carry to the next window,
+    so every gap is counted once, as ``gaps`` counts it over them all."""
+
+    def __init__(self) -> None:
+        self.carry = pl.DataFrame(schema={"lane": pl.Categorical, "start": pl.Int64, "end": pl.Int64,
+                                          "tiny": pl.Boolean, "reach": pl.Int64, "first": pl.Boolean})
+        self.sums: list[pl.DataFrame] = []
+
+    def add(self, own: pl.DataFrame) -> None:
+        """The operations (``gap_ops``' columns, with lane a category) that start in the next window."""
+        rows = own.select("lane", "start", "end", "tiny").with_columns(
+            reach=pl.col("end"), first=pl.lit(False))
+        both = pl.concat([self.carry.with_columns(first=pl.lit(True)), rows], how="vertical_relaxed").sort(
+            "lane", "first", *ORDER[1:], descending=[False, True, False, False, False])
+        both = both.with_columns(pl.col("reach").cum_max().over("lane"))
+        self.carry = both.filter(pl.int_range(pl.len()).over("lane") == pl.len().over("lane") - 1)
+        found = _tiny_gaps(both.lazy().select("lane", "start", "end", "tiny", "reach"), pl.col("reach"))
+        self.sums.append(found.group_by("lane").agg(count=pl.len().cast(pl.Int64), total=pl.col("gap").sum())
+                         .collect())
+
+    def result(self) -> pl.DataFrame:
+        """``gaps``' frame: lane, count, total."""
+        found = pl.concat([s.with_columns(pl.col("lane").cast(pl.String)) for s in self.sums]) if self.sums else (
+            pl.DataFrame(schema={"lane": pl.String, "count": pl.Int64, "total": pl.Int64}))
+        return found.group_by("lane").agg(pl.col("count").sum().cast(pl.Int64), pl.col("total").sum())
 
 
 def calls(gpu: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
@@ -115,16 +160,22 @@ def calls(gpu: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
     each."""
     named = cpu.select("lane", "start", "end", range_name(pl.col("name").cast(pl.String)), owner=owner())
     pattern = "|".join(f"(?:{p})" for p in (STARTUP, ALLOCATOR, FRAMEWORK))
-    wanted = named.select("name").unique().filter(pl.col("name").str.contains(pattern))
+    # The names wanted are few: a filter on them, not a join (which would hold every host span of a scan).
+    wanted = named.select("name").unique().filter(pl.col("name").str.contains(pattern)).collect(
+        engine="streaming")["name"]
     windows = gpu.group_by("owner").agg(first=pl.col("start").min(), last=pl.col("end").max())
-    found = named.join(wanted, on="name", how="semi").join(windows, on="owner", how="left")
+    found = named.filter(pl.col("name").is_in(wanted.implode())).join(windows, on="owner", how="left")
     clipped = pl.min_horizontal("end", "last") - pl.max_horizontal("start", "first")
     inside = pl.when(pl.col("first").is_null()).then(0).otherwise(clipped.clip(lower_bound=0))
     return found.group_by("lane", "name").agg(
         count=pl.len().cast(pl.Int64), total=(pl.col("end") - pl.col("start")).sum(), inside=inside.sum())
 
 
-def collected(gpu: pl.LazyFrame, cpu: pl.LazyFrame) -> dict[str, pl.DataFrame]:
-    """The three frames (``streams``, ``gaps``, ``calls``) of a part, as ``GpuPart`` names them."""
-    found = pl.collect_all([streams(gpu), gaps(gpu), calls(gpu, cpu)], engine="streaming")
-    return dict(zip(("streams", "gaps", "calls"), found, strict=True))
+def collected(gpu: pl.LazyFrame, cpu: pl.LazyFrame, gaps_of: pl.DataFrame | None = None,
+              optimizations: pl.QueryOptFlags | None = None) -> dict[str, pl.DataFrame]:
+    """The three frames (``streams``, ``gaps``, ``calls``) of a part, as ``GpuPart`` names them; ``gaps_of``:
+    the gaps where they are counted already (a spilled table's windows: ``WindowedGaps``). ``optimizations``:
+    how the queries are optimised (``intervals.SCAN_OPTIMIZATIONS`` for scans)."""
+    queries = [streams(gpu), calls(gpu, cpu)] + ([gaps(gpu)] if gaps_of is None else [])
+    found = pl.collect_all(queries, engine="streaming", optimizations=optimizations or pl.QueryOptFlags())
+    return {"streams": found[0], "gaps": found[2] if gaps_of is None else gaps_of, "calls": found[1]}

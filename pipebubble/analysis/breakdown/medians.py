@@ -23,7 +23,17 @@ def _bucket(value: str) -> pl.Expr:
 
 
 def exact(values: pl.LazyFrame, by: str, value: str) -> pl.DataFrame:
-    """``by``, ``median``: the exact median of ``value`` (non-negative Int64) per group of ``values``."""
+    """``by``, ``median``: the exact median of ``value`` (non-negative Int64) per group of ``values``. Names
+    (``by`` of strings) are grouped as categories: a streaming group-by keyed by strings holds several times
+    as much."""
+    named = values.collect_schema()[by] == pl.String
+    if named:
+        values = values.with_columns(pl.col(by).cast(pl.Categorical))
+    found = _exact(values, by, value)
+    return found.with_columns(pl.col(by).cast(pl.String)) if named else found
+
+
+def _exact(values: pl.LazyFrame, by: str, value: str) -> pl.DataFrame:
     counts = values.group_by(by, bucket=_bucket(value)).agg(n=pl.len()).collect(engine="streaming")
     counts = counts.sort(by, "bucket").with_columns(
         after=pl.col("n").cum_sum().over(by), total=pl.col("n").sum().over(by)

@@ -9,6 +9,7 @@ import polars as pl
 from pipebubble.analysis import hostnames, idle
 from pipebubble.analysis.breakdown import facts, medians
 from pipebubble.analysis.breakdown.rows import rows_in_memory
+from pipebubble.analysis.intervals import SCAN_OPTIMIZATIONS
 from pipebubble.analysis.launches import launch_calls, same_process
 from pipebubble.report import Breakdown
 from pipebubble.spans import GPU_WORK, owner
@@ -85,14 +86,17 @@ def gpu_ops(spans: pl.DataFrame | pl.LazyFrame):
 
 
 def summarised(
-    rows: list[Breakdown], gpu: pl.LazyFrame, cpu: pl.LazyFrame, delay: pl.Series, alone: bool, bounded: bool = False
+    rows: list[Breakdown], gpu: pl.LazyFrame, cpu: pl.LazyFrame, delay: pl.Series | pl.LazyFrame, alone: bool,
+    bounded: bool = False, gaps: pl.DataFrame | None = None,
 ) -> GpuPart:
     """The part of ``rows``: the per-name statistics of the GPU operations ``gpu``, the runtime calls and
-    ranges of ``cpu`` (``summaries``), and the launch delays ``delay`` (one per launched operation)."""
-    return with_delays(summaries(gpu, cpu, alone, bounded), rows, delay, alone)
+    ranges of ``cpu`` (``summaries``), and the launch delays ``delay`` (one per launched operation, held or a
+    scan of them: column ``d``); ``gaps``: the tiny-kernel gaps where they are counted already."""
+    return with_delays(summaries(gpu, cpu, alone, bounded, gaps), rows, delay, alone)
 
 
-def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool = False) -> GpuPart:
+def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool = False,
+              gaps: pl.DataFrame | None = None) -> GpuPart:
     """A part's summaries without its rows and launch delays (``with_delays`` adds them): the per-name
     statistics of the GPU operations ``gpu``, the runtime calls and ranges of ``cpu``, each a query that
     reads only the columns it needs (``gpu`` and ``cpu`` may be scans of a spilled table). ``bounded``: the
@@ -118,21 +122,43 @@ def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool =
     api = _calls(cpu.filter(pl.col("kind").is_in(["runtime", "sync"]) & ~hostnames.sync_record()))
     ranges = hostnames.per_range(_calls(cpu.filter(pl.col("kind") == "annotation")))
     short = timed.filter(pl.col("cls").is_in(["compute", "comm"]) & (pl.col("dur") < SHORT_KERNEL_NS)).select(pl.len())
-    ops = timed.group_by("name", "dur").agg(n=pl.len()).join(kinds, on="name", nulls_equal=True)
+    # Keyed by category, not string: a streaming group-by of many groups keyed by strings holds several times more.
+    ops = timed.group_by(pl.col("name").cast(pl.Categorical), "dur").agg(n=pl.len()).with_columns(named).join(
+        kinds, on="name", nulls_equal=True)
     ops = ops.with_columns(named).select("kind", "name", "dur", "n")
     queries = [stats, api, ranges, short] + ([] if alone else [ops])
-    stats, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming")
-    return GpuPart([], stats, api, ranges, {}, short.item(), *rest, **facts.collected(gpu, cpu))
+    optimized = SCAN_OPTIMIZATIONS if bounded else pl.QueryOptFlags()
+    stats, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming", optimizations=optimized)
+    return GpuPart([], stats, api, ranges, {}, short.item(), *rest, **facts.collected(gpu, cpu, gaps, optimized))
 
 
-def with_delays(part: GpuPart, rows: list[Breakdown], delay: pl.Series, alone: bool) -> GpuPart:
-    """``part`` (``summaries``) with its ``rows`` and the summary of the launch delays ``delay``; unless the
+def with_delays(part: GpuPart, rows: list[Breakdown], delay: pl.Series | pl.LazyFrame, alone: bool) -> GpuPart:
+    """``part`` (``summaries``) with its ``rows`` and the summary of the launch delays ``delay`` (held, or a
+    scan of them, column ``d``: read in streaming passes, the median in two, ``medians.exact``); unless the
     file is ``alone``, their value counts too (exact medians over files)."""
+    if isinstance(delay, pl.LazyFrame):
+        return _with_scanned_delays(part, rows, delay, alone)
     summary = {"count": delay.len(), "total": int(delay.sum() or 0), "max": delay.max(), "median": delay.median()}
     if alone:
         return replace(part, rows=rows, delay=summary)
     delays = delay.value_counts(name="n").rename({delay.name: "dur"})
     return replace(part, rows=rows, delay=summary, delays=delays)
+
+
+def _with_scanned_delays(part: GpuPart, rows: list[Breakdown], delay: pl.LazyFrame, alone: bool) -> GpuPart:
+    """``with_delays`` of delays in files (column ``d``), as it gives them held."""
+    d = pl.col("d")
+    queries = [delay.select(count=pl.len(), total=d.sum(), max=d.max())]
+    if not alone:
+        queries.append(delay.group_by(dur="d").agg(n=pl.len().cast(pl.UInt32)))
+    found = pl.collect_all(queries, engine="streaming")
+    count, total, most = found[0].row(0)
+    median = medians.exact(delay.select(k=pl.lit(0), d=d), "k", "d")["median"] if count else None
+    summary = {"count": int(count), "total": int(total or 0), "max": most,
+               "median": median.item() if median is not None else None}
+    if alone:
+        return replace(part, rows=rows, delay=summary)
+    return replace(part, rows=rows, delay=summary, delays=found[1])
 
 
 def _class() -> pl.Expr:

@@ -23,18 +23,19 @@ def rows_in_memory(gpu: pl.DataFrame, steps: pl.DataFrame, pieces: pl.DataFrame)
     return rows_of(windows_of(gpu.lazy(), owners, steps), lengths, caused(pieces, steps), attrs_of(gpu.lazy()))
 
 
-def windows_of(gpu: pl.LazyFrame, owners: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """lane, step, ws, we: each GPU's whole window (first to last busy instant; step null) and its steps."""
+def windows_of(gpu: pl.LazyFrame, owners: pl.DataFrame, steps: pl.DataFrame, engine: str = ENGINE) -> pl.DataFrame:
+    """lane, step, ws, we: each GPU's whole window (first to last busy instant; step null) and its steps
+    (``engine``: streaming, where ``gpu`` is a scan)."""
     windows = gpu.group_by("lane").agg(ws=pl.col("start").min(), we=pl.col("end").max()).select(
         "lane", step=pl.lit(None, pl.Int64), ws="ws", we="we")
     step_windows = owners.lazy().join(steps.lazy(), on="owner").select("lane", "step", "ws", "we")
     both = pl.concat([windows, step_windows.cast(windows.collect_schema())])  # type: ignore[arg-type]
-    return both.collect(engine=ENGINE)
+    return both.collect(engine=engine)
 
 
-def attrs_of(gpu: pl.LazyFrame) -> pl.DataFrame:
+def attrs_of(gpu: pl.LazyFrame, engine: str = "auto") -> pl.DataFrame:
     """Each GPU lane's rank, pid and device (the same on all its spans)."""
-    return gpu.group_by("lane").agg(pl.col("rank", "pid", "device").first()).collect()
+    return gpu.group_by("lane").agg(pl.col("rank", "pid", "device").first()).collect(engine=engine)
 
 
 def rows_of(wins: pl.DataFrame, unions: pl.DataFrame, causes: pl.DataFrame, attrs: pl.DataFrame) -> list[Breakdown]:

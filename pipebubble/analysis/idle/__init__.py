@@ -11,12 +11,12 @@ import polars as pl
 
 from pipebubble.analysis.idle.account import PIECE_SCHEMA, RETURN_NS, empty, ending_ops, gaps_of, pieces
 from pipebubble.analysis.idle.activity import BLOCKING, WAITS, classes
-from pipebubble.analysis.idle.steps import STEP_SCHEMA, cpu_steps, gpu_steps, launched
+from pipebubble.analysis.idle.steps import STEP_SCHEMA, cpu_steps, gpu_steps, launched, step_reach
 from pipebubble.analysis.intervals import ENGINE, merge
 from pipebubble.report.idle import TOP, IdleCause
 
 __all__ = ["PIECE_SCHEMA", "STEP_SCHEMA", "cpu_steps", "gpu_steps", "held_calls", "idle_account", "launched",
-           "lookback", "summed", "top", "top_rows"]
+           "lookback", "step_reach", "summed", "top", "top_rows"]
 
 
 def idle_account(gpu: pl.DataFrame, cpu: pl.DataFrame, launch: pl.DataFrame) -> pl.DataFrame:
@@ -39,7 +39,7 @@ def lookback(cpu: pl.LazyFrame) -> int:
     ``RETURN_NS``. What a spilled table's windows read of the host before their gaps."""
     found = classes()
     may = pl.any_horizontal(*(found[c] for c in (*BLOCKING, *WAITS)), pl.col("kind") == "runtime")
-    longest = cpu.filter(may).select((pl.col("end") - pl.col("start")).max()).collect().item()
+    longest = cpu.filter(may).select((pl.col("end") - pl.col("start")).max()).collect(engine="streaming").item()
     return 2 * int(longest or 0) + RETURN_NS
 
 

@@ -39,19 +39,28 @@ def cpu_steps(cpu: pl.LazyFrame, step_regex: str | None) -> pl.DataFrame:
     return found.select("owner", step=step, ws="start", we="end").collect(engine=ENGINE)
 
 
-def gpu_steps(steps: pl.DataFrame, launched: pl.LazyFrame) -> pl.DataFrame:
-    """``STEP_SCHEMA``: the host's ``steps`` (``cpu_steps``) extended to the GPU work launched inside them
-    (module docstring). ``launched``: owner, at (the launching call's start) and end of each GPU operation
-    whose launch is known (``launched``)."""
-    if steps.is_empty():
-        return pl.DataFrame(schema=STEP_SCHEMA)
-    steps = steps.sort("owner", "ws")
+def step_reach(steps: pl.DataFrame, launched: pl.LazyFrame) -> pl.LazyFrame:
+    """owner, step, ws, gpu_end: per host step (``cpu_steps``) that launched any, where the GPU work launched
+    inside it ends. ``launched``: owner, at (the launching call's start) and end of each GPU operation whose
+    launch is known (``launched``); a maximum, so the reach of a table's parts is the maximum of theirs."""
     found = launched.select("owner", "at", "end").sort("at").join_asof(
         steps.lazy().select("owner", "step", "ws", cpu="we").sort("ws"), left_on="at", right_on="ws", by="owner",
         strategy="backward", check_sortedness=False,
     ).filter(pl.col("at") < pl.col("cpu"))
-    reach = found.group_by("owner", "step", "ws").agg(gpu_end=pl.col("end").max())
-    table = steps.lazy().join(reach, on=["owner", "step", "ws"], how="left", nulls_equal=True).sort("owner", "ws")
+    return found.group_by("owner", "step", "ws").agg(gpu_end=pl.col("end").max())
+
+
+def gpu_steps(steps: pl.DataFrame, launched: pl.LazyFrame | None = None,
+              reach: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``STEP_SCHEMA``: the host's ``steps`` (``cpu_steps``) extended to the GPU work launched inside them
+    (module docstring). ``launched``: owner, at (the launching call's start) and end of each GPU operation
+    whose launch is known (``launched``); or ``reach``, ``step_reach``'s of them, where it is taken already
+    (a spilled table's, window by window)."""
+    if steps.is_empty():
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    steps = steps.sort("owner", "ws")
+    reached = step_reach(steps, launched) if reach is None else reach.lazy()
+    table = steps.lazy().join(reached, on=["owner", "step", "ws"], how="left", nulls_equal=True).sort("owner", "ws")
     end = pl.max_horizontal("we", pl.col("gpu_end").fill_null(pl.col("we")))
     nested = (pl.col("ws") < pl.col("we").shift(1).over("owner")).any().over("owner")
     before = pl.col("_end").cum_max().shift(1).over("owner")

@@ -200,12 +200,21 @@ def _operator_ids(table: pl.DataFrame | pl.LazyFrame, files: int) -> list[list[i
     """Per file of ``table`` (its rows' ``_FILE``), [kept, range]: how many distinct operator ids (Kineto's
     ``External id`` of its ``cpu_op`` events, which the profiler numbers one by one) the file holds, and how
     many its lowest to highest span. A complete trace holds nearly all of its range; a filtered or sampled one
-    (events removed after profiling) a few. None without them. One query for a batch's files."""
-    ids = table.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("external_id").is_not_null()).group_by(
-        _FILE).agg(kept=pl.col("external_id").n_unique(), lo=pl.col("external_id").min(),
-                   hi=pl.col("external_id").max())
-    engine = "streaming" if isinstance(table, pl.LazyFrame) else ENGINE  # a spilled trace's parts: never whole
-    found = {k: [int(n), int(hi - lo + 1)] for k, n, lo, hi in ids.collect(engine=engine).iter_rows()}
+    (events removed after profiling) a few. None without them. One query for a batch's files. A spilled trace's
+    parts (a scan) are counted without holding every id: a bit per id in 64-bit words, words counted apart."""
+    cpu_ops = table.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("external_id").is_not_null())
+    ident = pl.col("external_id")
+    if isinstance(table, pl.LazyFrame):  # a spilled trace's parts: never whole
+        bit = pl.lit(2, pl.UInt64).pow((ident % 64).cast(pl.UInt32))  # id = 64 * word + bit, negative ids too
+        words = cpu_ops.group_by(_FILE, word=ident // 64).agg(
+            bits=bit.bitwise_or(), lo=ident.min(), hi=ident.max())
+        ids = words.group_by(_FILE).agg(kept=pl.col("bits").bitwise_count_ones().cast(pl.Int64).sum(),
+                                        lo=pl.col("lo").min(), hi=pl.col("hi").max())
+        got = ids.collect(engine="streaming")
+    else:
+        got = cpu_ops.group_by(_FILE).agg(kept=ident.n_unique(), lo=ident.min(), hi=ident.max()).collect(
+            engine=ENGINE)
+    found = {k: [int(n), int(hi - lo + 1)] for k, n, lo, hi in got.iter_rows()}
     return [found.get(k) for k in range(files)]
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import polars as pl
 
+from pipebubble import budget
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import gunzip
 from pipebubble.ingest.json.blocks import NON_SPACE, Finish, Unverified, content_end, decode_region
@@ -33,10 +34,10 @@ from pipebubble.ingest.json.split import split_object, split_quick
 
 __all__ = ["BLOCK_BYTES", "GUNZIP_TO_DISK", "Decoded", "Finish", "Opened", "decode", "opened"]
 
-#: Bytes of JSON text per decode block (read at call time, so patching it here takes effect). A block has a
-#: fixed cost (its queries, its spilled part's Parquet columns): on 2 cores 16 MB took 8% less CPU than 8 MB
-#: on a 400 MB trace in either layout and 14% less wall time on a 2.5 GB one, with the same peak memory; 32 MB
-#: gained nothing more.
+#: Bytes of JSON text per decode block, at most (read at call time, so patching it here takes effect; a
+#: smaller memory budget makes blocks smaller: ``budget.block_bytes``). A block has a fixed cost (its queries,
+#: its spilled part's Parquet columns): on 2 cores 16 MB took 8% less CPU than 8 MB on a 400 MB trace in
+#: either layout and 14% less wall time on a 2.5 GB one; 32 MB gained nothing more.
 BLOCK_BYTES = 16 << 20
 #: Gzipped traces bigger than this are gunzipped to a scratch file rather than into memory.
 GUNZIP_TO_DISK = 16 << 20
@@ -148,7 +149,8 @@ def _decoded(
     on_disk = (disk, start) if pool is not None and disk is not None else None
     fn = finish(fields) if finish else None
     region = memoryview(data)[start:end]
-    blocks = decode_region(path, region, start if at is None else at, whole, pool, on_disk, fn, BLOCK_BYTES)
+    block = budget.block_bytes(BLOCK_BYTES)  # smaller where the memory budget holds no bigger
+    blocks = decode_region(path, region, start if at is None else at, whole, pool, on_disk, fn, block)
     unread = blocks.pop() if blocks and isinstance(blocks[-1], int) else 0
     phases: Counter[str] = Counter()
     skipped: Counter[str] = Counter()

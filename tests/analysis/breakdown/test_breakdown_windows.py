@@ -24,15 +24,17 @@ from pipebubble.options import Options, Scale
 from pipebubble.run import run
 
 ROOT = Path(__file__).resolve().parents[3]
-FRAMES = ("stats", "api", "ranges", "ops", "delays")
+FRAMES = ("stats", "api", "ranges", "ops", "delays", "streams", "gaps", "calls")
 
 
 
 
-def windowed(table: pl.DataFrame, rows: int, alone: bool, step_regex: str | None = None) -> GpuPart:
+def windowed(table: pl.DataFrame, rows: int, alone: bool, step_regex: str | None = None,
+             scratch: Path | None = None) -> GpuPart:
+    """``table``'s breakdown in windows of ``rows`` operations (``scratch``: where their launch delays go)."""
     scan = table.lazy()
     ops, launches = (q.collect().lazy() for q in narrow(scan))
-    return gpu_part_windowed(scan, ops, launches, step_regex, alone, rows)
+    return gpu_part_windowed(scan, ops, launches, step_regex, alone, rows, scratch=scratch)
 
 
 def assert_same(a: GpuPart, b: GpuPart) -> None:
@@ -55,7 +57,14 @@ KINDS = ("kernel", "kernel", "comm", "memcpy", "memset")
 def jobs(draw) -> pl.DataFrame:
     """One rank: GPU operations on two GPUs (every class, touching and overlapping, some at the same start),
     their launches on two threads (some ids launched twice, some never), syncs, a collective range and
-    profiler steps."""
+    profiler steps; in ns, or in units of 10 µs (then a blocking call's refill reaches less far than the
+    trace is long, and ops launched long before their gap lie outside the host spans a window reads)."""
+    frame = _job(draw)
+    unit = draw(st.sampled_from([1, 10_000]))
+    return frame.with_columns(pl.col("start", "end") * unit) if unit > 1 else frame
+
+
+def _job(draw) -> pl.DataFrame:
     rows = []
     n = draw(st.integers(1, 24))
     for _ in range(n):
@@ -88,9 +97,15 @@ def jobs(draw) -> pl.DataFrame:
 
 
 @settings(max_examples=40, deadline=None)
-@given(jobs(), st.integers(1, 8), st.booleans())
-def test_windows_of_any_size_give_the_whole_tables_breakdown(frame, rows, alone):
-    assert_same(windowed(frame, rows, alone), bd.gpu_part(frame, None, alone))
+@given(jobs(), st.integers(1, 8), st.booleans(), st.booleans())
+def test_windows_of_any_size_give_the_whole_tables_breakdown(frame, rows, alone, on_disk):
+    """Tiny-kernel gaps counted window by window, and the launch delays held or written a window at a time
+    (their summary and median read back in streaming passes), give what the whole table gives."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        got = windowed(frame, rows, alone, scratch=Path(scratch) if on_disk else None)
+        assert_same(got, bd.gpu_part(frame, None, alone))
 
 
 GPU_TRACES = [
@@ -109,6 +124,7 @@ def test_real_traces_in_windows_of_a_few_hundred_operations(where):
     assert whole.rows, "a trace with GPU work"
     for rows in (97, 1000):
         assert_same(windowed(frame, rows, True), whole)
+    assert whole.gaps.height, "tiny kernels with gaps between them, counted across windows"
 
 
 def test_a_table_without_gpu_work_has_no_rows():
@@ -124,13 +140,15 @@ def test_a_table_without_gpu_work_has_no_rows():
     ids=["one-gpu-rank", "rank-of-a-big-job", "pipeline-folder", "serving"],
 )
 def test_a_tiny_budget_spills_every_trace_into_windows_and_changes_no_number(where, monkeypatch, tmp_path):
+    """The least budget, every trace spilled (``SPILL_ENV`` 0) and read in windows of the fewest spans."""
     path = ROOT / "sample_traces" / where if isinstance(where, str) else shared(*where)
     in_memory = run([path], Options(), Scale(use_cache=False)).to_dict()
     monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(budget.SPILL_ENV, raising=False)
+    monkeypatch.setenv(budget.SPILL_ENV, "0")
+    monkeypatch.setenv(budget.WINDOW_ENV, str(budget.MIN_WINDOW_ROWS))
     monkeypatch.delenv(budget.ENV, raising=False)
-    report = run([path], Options(), Scale(use_cache=True, memory_budget=1)).to_dict()
-    with budget.used(1):
+    report = run([path], Options(), Scale(use_cache=True, memory_budget=budget.LEAST_BYTES)).to_dict()
+    with budget.used(budget.LEAST_BYTES):
         assert budget.spill_bytes() == 0 and budget.rows_per_window() == budget.MIN_WINDOW_ROWS
     assert budget.ENV not in os.environ, "the budget is put back"
     assert list((tmp_path / "spill").iterdir()), "the trace was spilled"
@@ -138,7 +156,8 @@ def test_a_tiny_budget_spills_every_trace_into_windows_and_changes_no_number(whe
 
 
 @pytest.mark.parametrize("text, size", [("800M", 800 * 10**6), ("1.5G", 1_500_000_000), ("2GiB", 2 << 30),
-                                        ("512mb", 512 * 10**6), ("4096", 4096), ("3 Ki", 3072)])
+                                        ("512mb", 512 * 10**6), ("4096000000", 4096 * 10**6),
+                                        ("300000 Ki", 300000 * 1024)])
 def test_budget_sizes(text, size):
     assert budget.parse(text) == size
 
@@ -157,7 +176,8 @@ def test_the_default_budget_is_a_share_of_available_memory(monkeypatch):
     assert budget.spill_bytes() == budget.SPILL_AT_MOST
     monkeypatch.setattr(budget, "_available", lambda: 1 << 30)
     assert budget.budget_bytes() == 512 << 20  # never below the floor
-    assert budget.spill_bytes() == int((512 << 20) / budget.IN_MEMORY_FACTOR)
+    work = (512 << 20) - budget.POOL_BYTES - budget.PROCESS_BYTES  # what the processes leave of it
+    assert budget.spill_bytes() == int(work / budget.IN_MEMORY_FACTOR)
     monkeypatch.setenv(budget.ENV, "2G")
     assert budget.budget_bytes() == 2 * 10**9
 
@@ -184,7 +204,7 @@ def test_a_full_cache_volume_keeps_the_narrow_copies_in_memory(monkeypatch, tmp_
     in_memory = run([path], Options(), Scale(use_cache=False)).to_dict()
     monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(budget.SPILL_ENV, "1")
-    monkeypatch.setenv(budget.ENV, "1")  # windows of the fewest rows: its operations need several
+    monkeypatch.setenv(budget.WINDOW_ENV, str(budget.MIN_WINDOW_ROWS))  # windows of the fewest rows: it needs several
 
     from pipebubble.analysis.breakdown import windows
 

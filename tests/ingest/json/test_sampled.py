@@ -51,3 +51,16 @@ def test_a_complete_trace_is_not(tmp_path):
                                                ("resnet_ddp_a100_nccl_rank0.json.gz", False)])
 def test_the_shared_sampled_trace_is_said_and_a_complete_one_is_not(name, sampled):
     assert bool(notes(shared("kineto", name))) is sampled
+
+
+@pytest.mark.parametrize("step", [1, 7, 64, 1000])
+def test_a_spilled_trace_counts_its_operator_ids_as_one_held_in_memory(step, tmp_path, monkeypatch):
+    """A spilled trace's ids are counted a bit each (never holding every id): the same count and range."""
+    from pipebubble.ingest import read_file
+
+    path = trace(tmp_path / "t.json", step)
+    held = read_file(path, use_cache=False).meta["operator_ids"]
+    monkeypatch.setenv("PIPEBUBBLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIPEBUBBLE_SPILL_BYTES", "0")
+    spilled = read_file(path, use_cache=False)
+    assert spilled.meta.get("spill") and spilled.meta["operator_ids"] == held == [300, 1 + 299 * step]
