@@ -55,6 +55,8 @@ class Options:
     world: int | None = None  # ranks in the job, when a part sees only some
     files: int = 0  # files in the job: a file alone with one stage is no pipeline
     align: bool = True  # put every rank on one clock estimated from the job (``analysis.clock``)
+    peak_flops: float | None = None  # FLOP/s of each device, every dtype (None: the table of known devices)
+    peak_bandwidth: float | None = None  # bytes/s of each device's memory (None: the table's)
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Options:
@@ -69,7 +71,9 @@ class Options:
                 check_regex(regex)
         stages = StageOptions(s["stage_by"], rules, s["pp_size"], s["rank_order"], s["microbatch_regex"])
         pipeline = PipelineOptions(stages, float(s["wait_threshold"]), s["gpu_cost"], _size(s["memory_limit"]))
-        return cls(pipeline, ServingOptions(s["step_regex"], s["tbt_slo"]), align=bool(s["align"]))
+        return cls(pipeline, ServingOptions(s["step_regex"], s["tbt_slo"]), align=bool(s["align"]),
+                   peak_flops=_rate(s["peak_flops"], "peak FLOP/s"),
+                   peak_bandwidth=_rate(s["peak_bandwidth"], "peak bandwidth"))
 
     def settings(self) -> dict[str, Any]:
         """The settings these options were built from (the report cache's key)."""
@@ -83,6 +87,8 @@ class Options:
             "wait_threshold": pl.wait_threshold,
             "gpu_cost": pl.gpu_cost,
             "memory_limit": pl.memory_limit,
+            "peak_flops": self.peak_flops,
+            "peak_bandwidth": self.peak_bandwidth,
             "step_regex": sv.step_regex,
             "tbt_slo": sv.tbt_slo_ms,
             "align": self.align,
@@ -99,6 +105,8 @@ SETTINGS: dict[str, Any] = {
     "wait_threshold": 0.01,
     "gpu_cost": None,
     "memory_limit": None,
+    "peak_flops": None,
+    "peak_bandwidth": None,
     "step_regex": None,
     "tbt_slo": None,
     "align": True,
@@ -157,3 +165,22 @@ def parse_rule(text: str) -> tuple[str, str]:
         raise StageSpecError(f"--stage expects NAME=REGEX, got {text!r}")
     check_regex(regex)
     return name, regex
+
+
+_RATE_UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def _rate(value: Any, what: str) -> float | None:
+    """A rate setting per second: a number as it is, a text such as ``989T`` or ``3.35e12`` parsed (K, M, G, T,
+    P: powers of 1,000); refused (exit 2) unless positive and finite."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    unit = text[-1:].upper() if text[-1:].isalpha() and text[-1:].upper() in _RATE_UNITS else ""
+    try:
+        rate = float(text[: len(text) - len(unit)]) * _RATE_UNITS[unit]
+    except ValueError:
+        rate = float("nan")
+    if not (rate > 0 and rate < float("inf")):
+        raise StageSpecError(f"{what} must be a positive number per second such as 989e12 or 989T, not {text!r}")
+    return rate

@@ -3,6 +3,12 @@
 All times are int64 nanoseconds on one clock per job; unknown values are null, never -1.
 ``lane`` names the device lane of GPU work (``rank0/gpu0`` or ``pid123/gpu0``) or the thread lane of
 CPU work (``rank0/cpu/123``); per-stream lanes are derived from it (``rank0/gpu0/stream7``).
+
+Four columns hold an event's own arguments where its format records them (null elsewhere, and on most
+events): ``bytes``, a copy's or memset's size (Kineto's ``bytes`` arg, Nsight's CUPTI ``bytes``); ``flops``,
+the count torch.profiler writes on an operator with ``with_flops=True``; ``dims`` and ``dtypes``, an
+operator's ``Input Dims`` and ``Input type`` args as the JSON text the trace holds, in torch's own spacing
+whatever the file's layout (``[[4096, 4096], [4096, 4096]]``, ``["float", "float"]``), never decoded into lists.
 """
 
 from __future__ import annotations
@@ -115,6 +121,10 @@ SCHEMA: dict[str, pl.DataType] = {
     "stage": pl.Int32,
     "microbatch": pl.Int32,
     "phase": pl.String,
+    "bytes": pl.Int64,
+    "flops": pl.Int64,
+    "dims": pl.String,
+    "dtypes": pl.String,
 }
 
 

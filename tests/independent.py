@@ -44,7 +44,8 @@ _ON_DEVICE = {*GPU_CATEGORIES, "gpu_user_annotation", "cuda_sync"}
 _LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _BIG_US = 2**43
-# CUpti_ActivityMemcpyKind (cupti_activity.h), as pipebubble names a memcpy: "Memcpy HtoD".
+# CUpti_ActivityMemcpyKind (cupti_activity.h), as pipebubble names a memcpy: "Memcpy HtoD", with its source and
+# destination memory where the export's ENUM_CUDA_MEM_KIND names both: "Memcpy HtoD (Pageable -> Device)".
 _MEMCPY_KINDS = {
     0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA",
     6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP",
@@ -178,13 +179,15 @@ def read_nsys(path: Path, job: Job | None = None) -> Job:
     try:
         tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         strings = dict(con.execute("SELECT id, value FROM StringIds"))
+        memory = dict(con.execute("SELECT id, label FROM ENUM_CUDA_MEM_KIND WHERE label != 'Unknown'")) if (
+            "ENUM_CUDA_MEM_KIND" in tables) else {}
         offset = 0
         if "TARGET_INFO_SESSION_START_TIME" in tables:
             utc, clock = con.execute("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
             offset = utc - clock
         queries = {
             "CUPTI_ACTIVITY_KIND_KERNEL": "demangledName, shortName",
-            "CUPTI_ACTIVITY_KIND_MEMCPY": "copyKind, NULL",
+            "CUPTI_ACTIVITY_KIND_MEMCPY": "copyKind, srcKind * 1000 + dstKind",
             "CUPTI_ACTIVITY_KIND_MEMSET": "NULL, NULL",
         }
         for table, extra in queries.items():
@@ -199,6 +202,9 @@ def read_nsys(path: Path, job: Job | None = None) -> Job:
                     cls = "comm" if _COMM.search(name) else "compute"
                 elif table.endswith("MEMCPY"):
                     name, cls = f"Memcpy {_MEMCPY_KINDS.get(a, 'Unknown')}", "memcpy"
+                    ends = None if b is None else (memory.get(b // 1000), memory.get(b % 1000))
+                    if ends and None not in ends:
+                        name += f" ({ends[0]} -> {ends[1]})"
                 else:
                     name, cls = "Memset", "memset"
                 pid = (gpid >> 24) & 0xFFFFFF

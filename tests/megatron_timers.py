@@ -69,12 +69,14 @@ def write_step_timers(path, pp=4, dp=2, m=4, forward_us=100.0, heavy=None, slow=
     return path, passes
 
 
-def write_rank_files(folder, passes, pp, dp, groups=True, skew_us=0.0):
+def write_rank_files(folder, passes, pp, dp, groups=True, skew_us=0.0, shapes=None):
     """The same job as one Chrome trace per rank (``rank{r}.json``), Megatron's rank order with TP = 1
     (rank = d + dp · s: the stage's ranks are neighbours): each file the worker's ``forward-compute`` /
     ``backward-compute`` passes (args mb_id), with ``groups`` its pipeline process group in
-    ``distributedInfo.pg_config``; rank r's clock ``skew_us`` × r (mod 3) ahead. Returns each worker's rank,
-    by (stage, replica)."""
+    ``distributedInfo.pg_config``; rank r's clock ``skew_us`` × r (mod 3) ahead. ``shapes``: stage -> (M, N, K),
+    each pass then one ``aten::mm`` of (M, K) by (K, N) floats over its whole time, its backward two (the
+    input's and the weight's gradients), as torch.profiler records them with ``record_shapes``. Returns each
+    worker's rank, by (stage, replica)."""
     folder.mkdir(parents=True, exist_ok=True)
     rank_of = {(s, d): d + dp * s for s in range(pp) for d in range(dp)}
     for (s, d), r in rank_of.items():
@@ -92,6 +94,14 @@ def write_rank_files(folder, passes, pp, dp, groups=True, skew_us=0.0):
                 events.append({"name": f"{phase}-compute", "ph": "X", "pid": r, "tid": 1,
                                "ts": start + skew_us * (r % 3),
                                "dur": end - start, "args": {"step": step, "mb_id": k}})
+                if shapes is not None:
+                    mm, n, kk = shapes[s]
+                    calls = 1 if phase == "forward" else 2
+                    for c in range(calls):
+                        a = start + skew_us * (r % 3) + (end - start) * c / calls
+                        events.append({"name": "aten::mm", "cat": "cpu_op", "ph": "X", "pid": r, "tid": 1, "ts": a,
+                                       "dur": (end - start) / calls,
+                                       "args": {"Input Dims": [[mm, kk], [kk, n]], "Input type": ["float", "float"]}})
             # the stage's gradient all-reduce with its peers: from its last backward to the slowest's, then SYNC_US
             last = rows[s][-1][3]
             synced = max(passes[(e, step)][s][-1][3] for e in range(dp)) + SYNC_US

@@ -18,8 +18,11 @@ from pipebubble.analysis.breakdown.strips import empty_bins, job_strips
 from pipebubble.analysis.comm import collectives as coll
 from pipebubble.analysis.comm import p2p as pp
 from pipebubble.analysis.critical import CriticalPart, critical_paths, median_path
+from pipebubble.analysis.flops.summary import flops_report, lane_flops
 from pipebubble.analysis.idle import top_rows
 from pipebubble.analysis.lanes import sort_lanes
+from pipebubble.analysis.launch import summary as launch
+from pipebubble.analysis.memcpy import memcpy_report
 from pipebubble.analysis.memory import memory_report
 from pipebubble.analysis.pipeline.evidence import one_rank, some_ranks
 from pipebubble.analysis.pipeline.part import StagePart
@@ -87,7 +90,8 @@ def reduce_job(parts: dict[str, list[Any]], metas: list[dict], options: Options,
     from pipebubble.analysis.memory.fit import with_memory
 
     have = {name: [p for p in each if p is not None] for name, each in parts.items()}
-    job = _across_ranks(have["stages"], have["comm"], metas, options.pipeline, have["critical"])
+    job = _across_ranks(have["stages"], have["comm"], metas, options.pipeline, have["critical"],
+                        lane_flops(have["flops"]))
     section, gpus = job.section, have["gpu"]
     interference, segments = max(zip(parts["serving"], parts["segments"], strict=True),
                                  key=lambda s: (s[0].steps or 0) if s[0] else 0)
@@ -108,7 +112,7 @@ def reduce_job(parts: dict[str, list[Any]], metas: list[dict], options: Options,
         interference=interference,
         timeline=section.timeline + segments,
         collectives=job.collectives,
-        notes=notes + job.notes + unbinned + _sampled(metas),
+        notes=notes + job.notes + unbinned + _sampled(metas) + launch.skipped(parts["launch"], metas),
         breakdown=[row for g in gpus for row in g.rows],
         kernels=bd.kernels(gpus),
         host=bd.host(gpus),
@@ -117,14 +121,21 @@ def reduce_job(parts: dict[str, list[Any]], metas: list[dict], options: Options,
         critical_path=_with_median_segments(job.critical),
         requests=_requests(have["requests"]),
         idle=top_rows([g.idle for g in gpus]),
+        gpu_annotations=launch.gpu_annotations(have["launch"]),
+        launch_queue=launch.launch_queues(have["launch"]),
+        launch_delays=launch.launch_delays(have["launch"]),
+        memcpy=memcpy_report(have["memcpy"]),
     )
+    report = replace(report, flops=flops_report(
+        list(zip(parts["flops"], metas, strict=True)), report.lanes, report.stages, report.breakdown,
+        options.peak_flops, options.peak_bandwidth, report.pipeline))
     late = None if unbinned else job.late  # a spilled rank not read whole has no arrivals' windows
     return replace(report, findings=findings(report, options.pipeline.gpu_cost, late=late))
 
 
 #: The note of a report some of whose traces were spilled and not read whole (``run.mapper._map_spilled``).
-UNBINNED = ("per-GPU timeline, critical path and why a rank is late: not computed for {} trace(s) spilled to disk "
-            "(bigger than the memory budget; a late rank is named from the collectives alone)")
+UNBINNED = ("per-GPU timeline, critical path, FLOPs and why a rank is late: not computed for {} trace(s) spilled to "
+            "disk (bigger than the memory budget; a late rank is named from the collectives alone)")
 
 
 def _unbinned(strips: list[pl.DataFrame | None], metas: list[dict]) -> list[str]:
@@ -145,7 +156,7 @@ def _requests(parts: list[RequestsPart]) -> Requests | None:
     if not parts:
         return None
     frames = {k: pl.concat([getattr(p, k) for p in parts], how="vertical_relaxed") for k in RequestsPart.FRAMES}
-    return summarize_requests(frames["requests"], frames["steps"], frames["kv"])
+    return summarize_requests(frames["requests"], frames["steps"], frames["kv"], frames["step_trace"])
 
 
 def _with_median_segments(paths: list[CriticalPath]) -> list[CriticalPath]:
@@ -156,7 +167,7 @@ def _with_median_segments(paths: list[CriticalPath]) -> list[CriticalPath]:
 
 def _across_ranks(
     stage_parts: list[StagePart], comm_parts: list[CommPart], metas: list[dict], options: PipelineOptions,
-    critical_parts: list[CriticalPart],
+    critical_parts: list[CriticalPart], lane_flops: dict[str, int] | None = None,
 ) -> JobSection:
     """The pipeline section on evidence, then the collectives (within a pipeline: among each stage's
     data-parallel peers), the waits (a pipeline's gaps spent in a collective get cause ``collective``), the
@@ -166,7 +177,7 @@ def _across_ranks(
         "recv": sum(c.facts.get("p2p_recv", 0) for c in comm_parts),
     }
     ops = pl.concat([c.p2p for c in comm_parts], how="vertical_relaxed") if comm_parts else pp.empty()
-    section = reduce_stages(stage_parts, options, p2p, ops)
+    section = reduce_stages(stage_parts, options, p2p, ops, lane_flops)
     calls = pl.concat([c.calls for c in comm_parts], how="vertical_relaxed") if comm_parts else pl.DataFrame()
     stage_of = stage_groups(stage_parts, calls) if section.stages else None
     matched, left_out = coll.match(calls, stage_of) if calls.height else (pl.DataFrame(), {})

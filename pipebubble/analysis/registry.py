@@ -10,7 +10,8 @@ the file it takes, by keyword, as its entry declares (``Analysis.reads``; None w
   GPU lives them, its idle account), built once for all that read them; not given, an analysis builds its own;
 - ``stages``: the file's stage part (the ``stages`` analysis's, which runs before);
 - ``allocations``: its allocator events (``FileResult.memory``);
-- ``request_table``: its served requests (``FileResult.requests``).
+- ``request_table``: its served requests (``FileResult.requests``);
+- ``request_steps``: its engine's traced scheduler steps (``FileResult.request_steps``).
 
 Pure: no I/O, no printing; every one returns its documented empty part for a table with nothing it can use,
 never raises for it (``tests/analysis/test_analyses.py`` runs them all on the empty table and on one-span
@@ -34,9 +35,12 @@ from pipebubble.analysis.breakdown.strips import empty_bins, strip_bins
 from pipebubble.analysis.comm.collectives import NCCL_NVTX, collective_part, comm_ranges
 from pipebubble.analysis.comm.p2p import p2p_part
 from pipebubble.analysis.critical import CriticalPart, critical_part
+from pipebubble.analysis.flops import FlopsPart, flops_part
 from pipebubble.analysis.intervals import engine_for
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import lane_table
+from pipebubble.analysis.launch import LaunchPart, launch_part
+from pipebubble.analysis.memcpy import memcpy_part
 from pipebubble.analysis.memory import MemoryPart, memory_part
 from pipebubble.analysis.pipeline.part import StagePart, stage_part, stage_parts
 from pipebubble.analysis.requests.part import RequestsPart, has_request_events, requests_part
@@ -57,6 +61,7 @@ class Given(NamedTuple):
     meta: dict
     allocations: pl.DataFrame | None = None
     request_table: pl.DataFrame | None = None
+    request_steps: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -253,10 +258,11 @@ def critical_together(spans: pl.DataFrame, options: Options, files: dict[int, Gi
 
 
 def requests_of(spans: pl.DataFrame, options: Options, meta: Meta = None,
-                request_table: pl.DataFrame | None = None) -> RequestsPart | None:
+                request_table: pl.DataFrame | None = None, request_steps: pl.DataFrame | None = None
+                ) -> RequestsPart | None:
     """The served requests (the file's request table, else an engine's request events in its spans) with
-    their engine steps (``requests.part``); None without either."""
-    return requests_part(request_table, spans, options.serving.step_regex)
+    their engine steps and traced scheduler steps (``requests.part``); None without any."""
+    return requests_part(request_table, spans, options.serving.step_regex, request_steps)
 
 
 def requests_together(spans: pl.DataFrame, options: Options, files: dict[int, Given]) -> dict[int, None]:
@@ -264,7 +270,8 @@ def requests_together(spans: pl.DataFrame, options: Options, files: dict[int, Gi
     once over the batch, not once a file); the others left out."""
     if has_request_events(spans):
         return {}
-    return {rank: None for rank, given in files.items() if given.request_table is None}
+    return {rank: None for rank, given in files.items()
+            if given.request_table is None and given.request_steps is None}
 
 
 def memory_of(spans: pl.DataFrame | pl.LazyFrame, options: Options, meta: Meta = None,
@@ -276,6 +283,50 @@ def memory_of(spans: pl.DataFrame | pl.LazyFrame, options: Options, meta: Meta =
     steps = spans.filter(pl.col("kind") == "step").select("lane", "name", "start", "end")
     steps = steps.collect() if isinstance(steps, pl.LazyFrame) else steps
     return memory_part(allocations, steps, None if stages is None else stages.work)
+
+
+def launch_of(spans: pl.DataFrame, options: Options, meta: Meta = None, inputs: GpuInputs | None = None
+              ) -> LaunchPart:
+    """The file's GPU annotations, each GPU stream's launch queue and the launch delays per operator
+    (``launch``); empty frames without them."""
+    return launch_part(spans, options.serving.step_regex, alone=options.files == 1, given=inputs)
+
+
+def launch_together(spans: pl.DataFrame, options: Options, files: dict[int, Given], inputs: GpuInputs | None = None
+                    ) -> dict[int, LaunchPart]:
+    """``launch_of`` of every rank at once: the batch's part (sums by name and stream, which add up over
+    files) with the first rank, empty with the others."""
+    first = next(iter(files))
+    part = launch_of(spans, options, inputs=inputs)
+    return {rank: part if rank == first else LaunchPart() for rank in files}
+
+
+def memcpy_together(spans: pl.DataFrame, options: Options, files: dict[int, Given]) -> dict[int, pl.DataFrame]:
+    """``memcpy_part`` of every rank at once, split by rank."""
+    copies = memcpy_part(spans, options)
+    rows = _by(copies, "rank")
+    return {rank: rows.get(rank, copies.clear()) for rank in files}
+
+
+def flops_of(spans: pl.DataFrame, options: Options, meta: Meta = None, inputs: GpuInputs | None = None
+             ) -> FlopsPart | None:
+    """Each counted operator's FLOPs and bytes and the GPU time it launched, per lane, step and dtype
+    (``flops.part``); None where no operator has shapes or a ``flops`` arg."""
+    if isinstance(spans, pl.LazyFrame) or "dims" not in spans.columns:
+        return None
+    got = flops_part(spans, *((inputs.gpu, inputs.launch, inputs.steps) if inputs is not None else ()))
+    return got if got.lanes.height else None
+
+
+def flops_together(spans: pl.DataFrame, options: Options, files: dict[int, Given], inputs: GpuInputs | None = None
+                   ) -> dict[int, FlopsPart | None]:
+    """``flops_of`` of every rank at once: each rank's lanes; the operators and unmodelled time with the first."""
+    part = flops_of(spans, options, inputs=inputs)
+    if part is None:
+        return dict.fromkeys(files)
+    lanes, first = _by(part.lanes, "rank"), next(iter(files))
+    return {rank: replace(part if rank == first else FlopsPart(), lanes=lanes.get(rank, part.lanes.clear()))
+            for rank in files}
 
 
 def _by(frame: pl.DataFrame, column: str) -> dict:
@@ -295,8 +346,11 @@ ANALYSES: dict[str, Analysis] = {
     "gpu": Analysis(breakdown_part, ("inputs",), breakdown_together),
     "strips": Analysis(strips_part, ("inputs",), strips_together),
     "critical": Analysis(critical_path_part, ("inputs",), critical_together),
-    "requests": Analysis(requests_of, ("request_table",), requests_together),
+    "requests": Analysis(requests_of, ("request_table", "request_steps"), requests_together),
     "memory": Analysis(memory_of, ("allocations", "stages")),
+    "memcpy": Analysis(memcpy_part, together=memcpy_together),  # copies by lane, direction and host memory
+    "launch": Analysis(launch_of, ("inputs",), launch_together),
+    "flops": Analysis(flops_of, ("inputs",), flops_together),
 }
 
 

@@ -38,6 +38,9 @@ from pipebubble.report import (
 )
 from pipebubble.report.breakdown import CallStat
 from pipebubble.report.findings import Finding
+from pipebubble.report.flops import FlopsGpu, FlopsOp, FlopsStage, FlopsStep
+from pipebubble.report.launches import GpuAnnotation, LaunchDelay, LaunchQueue
+from pipebubble.report.memcpy import MemcpyRow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,6 +89,23 @@ TABLES: dict[str, Table] = {
     "idle": Table(IdleCause, "idle", "GPU idle by cause (the idle account): per lane, cause, operator and call"),
     "host_api": Table(CallStat, "host.api", "Host API calls by name: count, total, mean, max"),
     "host_ranges": Table(CallStat, "host.ranges", "Annotation (NVTX) ranges by name: count, total, mean, max"),
+    "host_ops": Table(CallStat, "host.ops", "CPU operators by name over every rank: count, total (inclusive of "
+                      "the operators they call), mean, max"),
+    "gpu_annotations": Table(GpuAnnotation, "gpu_annotations", "One row per GPU annotation name: ranges, their "
+                             "union, the GPU operations within and the top kernels (a list)"),
+    "launch_queue": Table(LaunchQueue, "launch_queue", "One row per GPU stream: its launch queue's max, mean, "
+                          "p50, p95, time at max, empty and full (``queue_series``: the queue as it changes)"),
+    "launch_delays": Table(LaunchDelay, "launch_delays", "One row per launching operator: launch delays' "
+                           "count, total, mean, median, max, its kernels' mean, the share over its kernel"),
+    "memcpy": Table(MemcpyRow, "memcpy.rows", "Memory copies by direction and host memory: count, bytes, busy, GB/s"),
+    "memcpy_lanes": Table(MemcpyRow, "memcpy.lanes", "The same per device lane"),
+    "flops": Table(FlopsGpu, "flops.by_gpu", "One row per GPU (a CPU job: thread): model FLOPs, achieved FLOP/s, "
+                   "peak and MFU"),
+    "flops_ops": Table(FlopsOp, "flops.ops", "One row per operator, input shapes and dtype: count, FLOPs, bytes, "
+                       "GPU time, FLOP/s, intensity, roofline bound and share of peak"),
+    "flops_stages": Table(FlopsStage, "flops.by_stage", "One row per pipeline stage (and replica): FLOPs, "
+                          "achieved FLOP/s, MFU"),
+    "flops_steps": Table(FlopsStep, "flops.by_step", "One row per step: FLOPs, GPU windows, MFU"),
 }
 #: Times that are instants on the trace's clock (the rest are durations): ``relative`` counts them from the
 #: job's start.

@@ -90,6 +90,18 @@ class Report:
         return frames.timed_spans(self._spans, self.unit, self.origin_ns if self.relative else None)
 
     @public
+    def queue_series(self, unit: str | None = None, relative: bool | None = None) -> pl.DataFrame:
+        """Each GPU stream's launch queue as it changes, from the span table (``spans``): lane, rank, stream,
+        ``at_ns`` and ``queue``, the length from that instant until the stream's next row (its last is 0).
+        The ``launch_queue`` table summarises it; ``unit`` and ``relative`` as ``table``'s."""
+        from pipebubble.analysis.launch import queue_series
+
+        if self._spans is None:
+            self._spans = _spans(self.data)
+        relative = self.relative if relative is None else relative
+        return frames.timed(queue_series(self._spans), unit or self.unit, self.origin_ns if relative else None)
+
+    @public
     def show(self, section: str) -> Any:
         """One section in a notebook as the HTML report shows it (``findings``, ``facts``, ``timeline``,
         ``stages`` ...: ``pipebubble.render.sections.SECTIONS``), or a table only a frame holds (``idle``,

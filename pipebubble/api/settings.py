@@ -29,7 +29,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Settings:
     """Every analysis and scale setting, as ``pipebubble analyze --help`` describes its flag (None: the
     default, or the settings file's). ``stage`` takes ``"NAME=REGEX"`` texts, or a mapping of name to regex;
-    ``memory_limit`` and ``memory_budget`` take bytes or a size such as ``"80GiB"``; ``align=False`` (or
+    ``memory_limit`` and ``memory_budget`` take bytes or a size such as ``"80GiB"``; ``peak_flops`` and
+    ``peak_bandwidth`` a rate per second or a text such as ``"989T"``; ``align=False`` (or
     ``no_align=True``) keeps each rank's recorded clock; ``cache=False`` decodes again, as ``--no-cache``."""
 
     stage_by: str | None = None
@@ -40,6 +41,8 @@ class Settings:
     wait_threshold: float | None = None
     gpu_cost: float | None = None
     memory_limit: int | str | None = None
+    peak_flops: float | str | None = None
+    peak_bandwidth: float | str | None = None
     step_regex: str | None = None
     tbt_slo: float | None = None
     align: bool | None = None
@@ -77,7 +80,7 @@ class Settings:
 
 #: The settings that are analysis options (the rest say where and how the work runs).
 ANALYSIS = ("stage_by", "stage", "pp_size", "rank_order", "microbatch_regex", "wait_threshold", "gpu_cost",
-            "memory_limit", "step_regex", "tbt_slo")
+            "memory_limit", "peak_flops", "peak_bandwidth", "step_regex", "tbt_slo")
 NAMES = tuple(f.name for f in fields(Settings))
 
 

@@ -19,6 +19,6 @@ class CaptureOptions:
     wait: int = 1
     warmup: int = 1
     active: int = 2
-    record_shapes: bool = False
+    record_shapes: bool = True  # operators' input shapes and torch's FLOPs counts (with_flops): FLOPs and MFU
     profile_memory: bool = True  # allocator [memory] events (Total Allocated, Bytes, ...)
     only_ranks: bool = False  # profile only processes with RANK set (the command is a launcher)

@@ -53,7 +53,9 @@ def capture(
     wait: Annotated[int, Opt(help="Optimizer steps to skip first (as torch.profiler.schedule).")] = 1,
     warmup: Annotated[int, Opt(help="Steps profiled but thrown away.")] = 1,
     active: Annotated[int, Opt(help="Steps recorded.")] = 2,
-    record_shapes: Annotated[bool, Opt("--record-shapes", help="Record operator input shapes.")] = False,
+    record_shapes: Annotated[bool, Opt("--record-shapes/--no-record-shapes", help="Record operator input "
+                                       "shapes and FLOPs (record_shapes, with_flops): what FLOPs, MFU and the "
+                                       "roofline are computed from.")] = True,
     no_memory: Annotated[bool, Opt("--no-memory", help="Do not record allocator memory (\\[memory] events of "
                                    "every allocation and free, on by default).")] = False,
     analyze: Annotated[bool, Opt("--analyze", help="Run `pipebubble analyze` on the traces.")] = False,

@@ -31,6 +31,7 @@ def check(
     max_ttft_p99: flags.MaxTtftP99 = None,
     max_tpot_p99: flags.MaxTpotP99 = None,
     max_queue_p99: flags.MaxQueueP99 = None,
+    max_preemptions: flags.MaxPreemptions = None,
     strict: flags.Strict = False,
     allow_partial: flags.AllowPartial = False,
     config: flags.Config = None,
@@ -62,7 +63,7 @@ def check(
     given = {"max_bubble": max_bubble, "max_excess_bubble": max_excess_bubble, "min_utilization": min_utilization,
              "max_stage_cv": max_stage_cv, "max_imbalance": max_imbalance, "max_wait_ms": max_wait_ms,
              "max_decode_slowdown": max_decode_slowdown, "max_finding": max_finding, "max_ttft_p99": max_ttft_p99,
-             "max_tpot_p99": max_tpot_p99, "max_queue_p99": max_queue_p99}
+             "max_tpot_p99": max_tpot_p99, "max_queue_p99": max_queue_p99, "max_preemptions": max_preemptions}
     from pipebubble.render import formats
 
     check_output("check", formats.pick("check", format.value, output), output)

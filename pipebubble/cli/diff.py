@@ -23,6 +23,8 @@ def diff(
     tolerance: flags.Tolerance = None,
     strict: flags.Strict = False,
     allow_partial: flags.AllowPartial = False,
+    by: flags.DiffBy = None,
+    max_op_regression: flags.MaxOpRegression = None,
     format: flags.GateFormatOpt = flags.GateFormat.text,
     output: flags.Output = None,
     timeunit: flags.TimeUnitOpt = flags.TimeUnit.ms,
@@ -38,6 +40,10 @@ def diff(
     input. An incomplete input (a file cut off, fewer ranks or steps than the baseline) fails unless
     --allow-partial, and its changes are never improvements. README "CI gates" defines "worse".
 
+    --by op lists the operators instead: CPU operators and GPU kernels added, removed or changed (count, or
+    time beyond --tolerance), per step where both inputs mark steps; exit 0 unless --max-op-regression is
+    given and an operator's time grew beyond it (--by kernel: GPU kernels alone).
+
     Examples:
 
       pipebubble analyze runs/main/ --format json -o baseline.json
@@ -45,6 +51,8 @@ def diff(
       pipebubble diff baseline.json runs/pr123/
 
       pipebubble diff baseline.json runs/pr123/ --tolerance 10% --format markdown -o diff.md
+
+      pipebubble diff baseline.json runs/pr123/ --by op --max-op-regression 20%
     """
     import pipebubble
     from pipebubble import config as configuration
@@ -52,6 +60,10 @@ def diff(
     from pipebubble.run import run
 
     flags.tolerance(tolerance, configuration.load(config))  # a bad tolerance fails here, before any analysis
+    if max_op_regression is not None:
+        flags.tolerance(max_op_regression, configuration.load(config), "--max-op-regression")
+        if by is None:
+            raise PipebubbleError("--max-op-regression: compares operators, give --by op or --by kernel")
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     from pipebubble.render import formats
 
@@ -63,10 +75,11 @@ def diff(
             raise PipebubbleError(f"{path}: nothing to compare: the report has no lanes")
     # the flag as given (checked above, in the flag's words), the API parsing it as every caller's
     result = replace(pipebubble.diff(before, after, tolerance=tolerance, strict=strict,
-                                             allow_partial=allow_partial, config=config),
+                                     allow_partial=allow_partial, by=by and by.value,
+                                     max_op_regression=max_op_regression, config=config),
                      base=str(base), new=str(new),
                      timestamp=started, seconds=time.monotonic() - clock)
-    warn(warnings(result))
+    warn(warnings(result) if by is None else [f"input incomplete: {n}" for n in result.incomplete])
     write_text(result.render(format.value, timeunit.value), output, quiet)
     if not result:
         raise typer.Exit(1)

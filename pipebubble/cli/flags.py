@@ -97,6 +97,13 @@ GpuCost = Annotated[float | None, typer.Option(
 MemoryLimit = Annotated[str | None, typer.Option(
     "--memory-limit", metavar="SIZE", help="Memory a stage's device may hold, e.g. 80GiB: what-if rows say whether "
     "they fit (default: each GPU's capacity from the trace).", rich_help_panel=PIPELINE)]
+PeakFlops = Annotated[str | None, typer.Option(
+    "--peak-flops", metavar="RATE", help="Dense peak FLOP/s of each device, for every dtype, e.g. 989e12 or 989T: "
+    "MFU and the roofline use it instead of the table of known GPUs (a CPU job's only peak).",
+    rich_help_panel=PIPELINE)]
+PeakBandwidth = Annotated[str | None, typer.Option(
+    "--peak-bandwidth", metavar="RATE", help="Peak memory bandwidth of each device in bytes/s, e.g. 3.35e12 or "
+    "3.35T: the roofline's memory roof instead of the table's.", rich_help_panel=PIPELINE)]
 StepRegex = Annotated[str | None, typer.Option(
     "--step-regex", help="Regex for engine step labels, named groups mode, prefill_tokens, decode_reqs (serving "
     "traces).", rich_help_panel=SERVING)]
@@ -149,6 +156,8 @@ MaxTtftP99 = Annotated[str | None, _gate("--max-ttft-p99", "Most p99 time to fir
                                         "ms, or with a unit (500ms, 0.5s).")]
 MaxTpotP99 = Annotated[str | None, _gate("--max-tpot-p99", "Most p99 time per output token: ms, or with a unit.")]
 MaxQueueP99 = Annotated[str | None, _gate("--max-queue-p99", "Most p99 queue wait: ms, or with a unit.")]
+MaxPreemptions = Annotated[str | None, _gate("--max-preemptions", "Most preemptions of the served requests (a "
+                                             "count; from vLLM's journey tracing or phase spans).")]
 Strict = Annotated[bool, typer.Option(
     "--strict", help="Fail (exit 1) when a requested gate cannot be evaluated (e.g. --max-bubble on a trace that "
     "is not a pipeline) or, for diff, when part of one report has no counterpart in the other; without it such "
@@ -160,6 +169,14 @@ AllowPartial = Annotated[bool, typer.Option(
 Tolerance = Annotated[str | None, typer.Option(
     help="Relative worsening allowed, of each metric's baseline value: 5% or 0.05 (a bare 5 is refused; write "
     "500%). Default: the diff table of pipebubble.toml, else 5%.", rich_help_panel=GATES)]
+DiffByChoice = Enum("DiffByChoice", {name: name for name in ("op", "kernel")}, type=str)  # type: ignore[misc]
+DiffBy = Annotated[DiffByChoice | None, typer.Option(
+    "--by", help="op: compare operators instead of metrics, CPU operators (by name) and GPU kernels (by full "
+    "name): added, removed, changed (count, or time beyond --tolerance), per step where both mark steps; "
+    "kernel: GPU kernels alone. Informational unless --max-op-regression.", rich_help_panel=GATES)]
+MaxOpRegression = Annotated[str | None, typer.Option(
+    "--max-op-regression", help="With --by: fail (exit 1) when an operator's time per step grew by more than "
+    "this share of its baseline time (and by more than 1% of all its kind's): 10% or 0.1.", rich_help_panel=GATES)]
 # check and diff offer the same formats, named by the registry without loading the writers
 GateFormat = format_choices("check")
 GateFormatOpt = Annotated[GateFormat, typer.Option(
@@ -178,13 +195,14 @@ def thresholds(given: dict[str, str | None], config: Any) -> dict[str, float]:
         raise PipebubbleError(str(exc)) from None
 
 
-def tolerance(text: str | None, config: Any) -> float:
-    """``--tolerance``, else the config file's, else 5%; refused (exit 2, one line) as ``thresholds`` are."""
+def tolerance(text: str | None, config: Any, name: str = "--tolerance") -> float:
+    """``--tolerance`` (or the flag ``name``), else the config file's tolerance, else 5%; refused (exit 2, one
+    line) as ``thresholds`` are."""
     from pipebubble.errors import PipebubbleError
     from pipebubble.gates.specs import tolerance as allowed
 
     try:
-        return allowed(text, config, "--tolerance")
+        return allowed(text, config, name)
     except ValueError as exc:
         raise PipebubbleError(str(exc)) from None
 
@@ -199,6 +217,8 @@ ANALYSIS_FLAGS: dict[str, tuple[Any, Any]] = {
     "wait_threshold": (WaitThreshold, None),
     "gpu_cost": (GpuCost, None),
     "memory_limit": (MemoryLimit, None),
+    "peak_flops": (PeakFlops, None),
+    "peak_bandwidth": (PeakBandwidth, None),
     "step_regex": (StepRegex, None),
     "tbt_slo": (TbtSlo, None),
     "no_align": (NoAlign, False),
@@ -250,6 +270,8 @@ def options(
     wait_threshold: float | None = None,
     gpu_cost: float | None = None,
     memory_limit: str | None = None,
+    peak_flops: str | None = None,
+    peak_bandwidth: str | None = None,
     step_regex: str | None = None,
     tbt_slo: float | None = None,
     no_align: bool = False,
@@ -266,6 +288,8 @@ def options(
         "wait_threshold": wait_threshold,
         "gpu_cost": gpu_cost,
         "memory_limit": memory_limit,
+        "peak_flops": peak_flops,
+        "peak_bandwidth": peak_bandwidth,
         "step_regex": step_regex,
         "tbt_slo": tbt_slo,
         "align": False if no_align else None,

@@ -10,8 +10,9 @@ new ones). A GPU's streams match by number, and those whose numbers differ (CUDA
 by their order of first use.
 
 The room: ``specs`` (the gates and how a threshold or tolerance is written), ``check`` (each gate against
-one report), ``diff`` (two reports metric by metric), ``names`` (the names a lane keeps across recordings)
-and ``requests`` (the served requests' gates and percentiles).
+one report), ``diff`` (two reports metric by metric), ``ops`` (two reports operator by operator, ``diff --by
+op``), ``names`` (the names a lane keeps across recordings) and ``requests`` (the served requests' gates and
+percentiles).
 """
 
 from pipebubble.gates.check import METRICS, CheckResult, Gate, check

@@ -1,7 +1,8 @@
 """CI gates over the report's ``requests`` section (a dict, so a saved report works as well as a fresh one).
 
 Shaped for the room's machinery: ``GATES`` (flag key -> (metric, label); each a ``max`` gate
-in ``ms``, so ``500ms``, ``0.5s`` and a bare number of ms parse as the other time gates do), ``METRICS`` (metric
+in ``ms``, so ``500ms``, ``0.5s`` and a bare number of ms parse as the other time gates do), ``COUNT_GATES``
+(likewise, each a ``max`` gate of a count: ``--max-preemptions``), ``METRICS`` (metric
 -> a function of the report giving (value in ms, or None, and a note saying why)) and ``percentile_pairs``, what
 ``diff`` compares: each percentile of each latency in both reports (higher is worse). No pipebubble import, so
 ``specs``, ``check`` and ``diff`` can each import this module.
@@ -17,6 +18,10 @@ GATES: dict[str, tuple[str, str]] = {
     "max_ttft_p99": ("ttft_p99", "TTFT p99"),
     "max_tpot_p99": ("tpot_p99", "TPOT p99"),
     "max_queue_p99": ("queue_p99", "queue p99"),
+}
+#: Gate key -> (metric, label) of the count gates.
+COUNT_GATES: dict[str, tuple[str, str]] = {
+    "max_preemptions": ("preemptions", "preemptions"),
 }
 #: Latencies compared by ``diff``: (key in the section, label).
 LATENCIES = (("ttft_ns", "TTFT"), ("queue_ns", "queue"), ("tpot_ns", "TPOT"), ("e2e_ns", "e2e"))
@@ -38,7 +43,19 @@ def _p99(key: str, label: str) -> Callable[[dict[str, Any]], tuple[float | None,
     return metric
 
 
+def _preemptions(report: dict[str, Any]) -> tuple[float | None, str]:
+    """The preemptions of the served requests, or None with why (no request's source says)."""
+    section = report.get("requests")
+    if not section:
+        return None, "no served requests in the inputs (OTLP or Jaeger request spans)"
+    pre = section.get("preemptions")
+    if not pre:
+        return None, "no request's source says whether it was preempted (journey tracing or phase spans)"
+    return float(pre.get("count") or 0), f"of {pre.get('requests')} of {pre.get('known')} requests"
+
+
 METRICS = {
+    "preemptions": _preemptions,
     "ttft_p99": _p99("ttft_ns", "TTFT"),
     "tpot_p99": _p99("tpot_ns", "TPOT (two or more output tokens)"),
     "queue_p99": _p99("queue_ns", "time in queue"),

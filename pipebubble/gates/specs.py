@@ -9,9 +9,11 @@ import math
 import re
 from typing import Any, NamedTuple
 
+from pipebubble.gates.requests import COUNT_GATES
 from pipebubble.gates.requests import GATES as REQUEST_GATES
 
-# Units of a value: "fraction" (0..1, shown as a percentage), "ratio" (dimensionless), "ms" or "ns" (time).
+# Units of a value: "fraction" (0..1, shown as a percentage), "ratio" (dimensionless), "ms" or "ns" (time),
+# "count" (a number of things).
 
 
 class GateSpec(NamedTuple):
@@ -33,6 +35,7 @@ GATES: dict[str, GateSpec] = {
     "max_decode_slowdown": GateSpec("decode_slowdown", "max", "ratio", 1.0, "decode slowdown"),
     "max_finding": GateSpec("finding", "max", "fraction", label="largest finding"),
     **{key: GateSpec(metric, "max", "ms", label=label) for key, (metric, label) in REQUEST_GATES.items()},
+    **{key: GateSpec(metric, "max", "count", label=label) for key, (metric, label) in COUNT_GATES.items()},
 }
 TIME_SUFFIXES = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}  # to ms
 
@@ -104,6 +107,8 @@ def parse_threshold(key: str, value: object, where: str | None = None) -> float:
     text = str(value).strip()
     if spec.unit == "fraction":
         return parse_fraction(text, where)
+    if spec.unit == "count":
+        return _number(text, f"{where} {text}")
     if spec.unit == "ms":
         number, unit = re.fullmatch(r"(.*?)\s*(ns|us|µs|ms|s)?", text).groups()  # type: ignore[union-attr]
         return _number(number, f"{where} {text}") * TIME_SUFFIXES[unit or "ms"]

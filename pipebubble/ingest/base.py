@@ -30,3 +30,5 @@ class FileResult:
     memory: pl.DataFrame | None = None
     #: Served requests (``requests_table.SCHEMA``), None where the format or the file has none.
     requests: pl.DataFrame | None = None
+    #: An engine's traced scheduler steps (``requests_table.STEP_SCHEMA``), None where the file has none.
+    request_steps: pl.DataFrame | None = None

@@ -2,9 +2,11 @@
 request table, read as ``otlp`` reads OTLP (same attributes, same account of what is left out).
 
 Layout: ``{"data": [trace]}`` (or one trace alone), a trace ``{traceID, spans, processes}``, a span
-``{traceID, spanID, operationName, startTime, duration, tags: [{key, type, value}]}`` with ``startTime``
-(epoch) and ``duration`` in µs and tag types ``string``, ``bool``, ``int64``, ``float64``, ``binary``. Several
-such objects, one per line, are read too.
+``{traceID, spanID, operationName, references: [{refType, spanID}], startTime, duration, tags: [{key, type,
+value}], logs: [{timestamp, fields}]}`` with ``startTime`` (epoch), ``duration`` and a log's ``timestamp`` in µs
+and tag types ``string``, ``bool``, ``int64``, ``float64``, ``binary``; a span's parent is its ``CHILD_OF``
+reference (else its first); an OTLP span event is a log whose ``event`` field names it. Several such objects,
+one per line, are read too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 import msgspec
 
 from pipebubble.ingest.base import FileResult
-from pipebubble.ingest.otlp import Collected, documents, finish, wanted
+from pipebubble.ingest.otlp import documents
+from pipebubble.ingest.request_collect import Collected, Event, event_wanted, wanted
+from pipebubble.ingest.request_spans import finish
 
 _TYPES = {"float64": "double", "int64": "int", "string": "string", "bool": "bool"}
 _NS_PER_US = 1000
@@ -27,13 +31,25 @@ class Tag(msgspec.Struct, gc=False):
     value: Any = None
 
 
+class Reference(msgspec.Struct, gc=False):
+    refType: Any = None
+    spanID: Any = None
+
+
+class Log(msgspec.Struct, gc=False):
+    timestamp: Any = None
+    fields: list[Tag] = []
+
+
 class Span(msgspec.Struct, gc=False):
     traceID: Any = None
     spanID: Any = None
     operationName: Any = None
+    references: list[Reference] = []
     startTime: Any = None
     duration: Any = None
     tags: list[Tag] = []
+    logs: list[Log] = []
 
 
 class Trace(msgspec.Struct, gc=False):
@@ -60,9 +76,27 @@ def read(path: Path) -> FileResult:
         for trace in doc.data if doc.data is not None else [Trace(doc.spans or [])]:
             for span in trace.spans:
                 start, end = _instants(span.startTime, span.duration, out)
-                tags = {t.key: (_TYPES.get(str(t.type).lower(), "other"), t.value) for t in span.tags if wanted(t.key)}
-                out.add(span.traceID, span.spanID, span.operationName, start, end, tags)
+                tags = {t.key: _typed(t) for t in span.tags if wanted(t.key)}
+                out.add(span.traceID, span.spanID, span.operationName, start, end, tags, _parent(span),
+                        [_event(log) for log in span.logs])
     return finish(out, "jaeger")
+
+
+def _typed(tag: Tag) -> tuple[str, Any]:
+    return _TYPES.get(str(tag.type).lower(), "other"), tag.value
+
+
+def _parent(span: Span) -> Any:
+    refs = [r for r in span.references if r.refType == "CHILD_OF"] or span.references
+    return refs[0].spanID if refs else None
+
+
+def _event(log: Log) -> Event:
+    """A log as a span event: its ``event`` field names it, its time in ns (µs as written; a time that is not
+    an integer is passed on for the collector to count)."""
+    name = next((f.value for f in log.fields if f.key == "event"), None)
+    time = log.timestamp * _NS_PER_US if _whole(log.timestamp) else log.timestamp
+    return name, time, {f.key: _typed(f) for f in log.fields if event_wanted(f.key)}
 
 
 def _instants(start_us: Any, duration_us: Any, out: Collected) -> tuple[int | None, int | None]:

@@ -3,11 +3,14 @@
 vLLM (``--otlp-traces-endpoint``) exports one span per finished request, named ``llm_request``, starting at the
 request's arrival (epoch ns) and ending when its output was processed, with the attributes of
 ``vllm/tracing.py`` ``SpanAttributes``, set in the output processor's ``do_tracing``: latencies in seconds
-(floats), token counts as integers (``ATTRIBUTES`` maps them onto the table).
+(floats), token counts as integers (``ATTRIBUTES`` maps them onto the table). The other shapes vLLM writes
+(GenAI-conventions names, phase child spans, journey tracing's ``llm_core`` span and its events, step
+tracing's summaries) are listed in ``request_collect``; ``request_spans`` assembles them into requests.
 
 OTLP JSON is the protobuf JSON mapping of ``ExportTraceServiceRequest``: ``resourceSpans[].scopeSpans[].spans[]``
 (``instrumentationLibrarySpans`` before OTLP 0.15), each span with ``traceId``, ``spanId``, ``name``,
-``startTimeUnixNano`` / ``endTimeUnixNano`` (uint64 ns, as strings) and ``attributes`` as ``[{key, value:
+``parentSpanId``, ``startTimeUnixNano`` / ``endTimeUnixNano`` (uint64 ns, as strings), ``events`` (``{timeUnixNano,
+name, attributes}``) and ``attributes`` as ``[{key, value:
 {stringValue|intValue|doubleValue|boolValue|...}}]`` (int64 as strings). An OpenTelemetry Collector's file
 exporter writes one such object per line; a single object (an OTLP/HTTP JSON body) is read too.
 
@@ -21,123 +24,19 @@ guessed: an attribute the span lacks is null.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import polars as pl
 
-from pipebubble import requests_table, spans
 from pipebubble.errors import TraceFormatError
 from pipebubble.ingest import gunzip
 from pipebubble.ingest.base import FileResult
+from pipebubble.ingest.request_collect import ATTRIBUTES, REQUEST_SPAN, Collected, Event, event_wanted, wanted
+from pipebubble.ingest.request_spans import derive, finish
 
-#: The span vLLM opens for each request.
-REQUEST_SPAN = "llm_request"
-#: Attributes (vLLM ``SpanAttributes``) -> (request-table column, kind: seconds, count or text).
-ATTRIBUTES: dict[str, tuple[str, str]] = {
-    "gen_ai.request.id": ("request_id", "text"),
-    "gen_ai.latency.time_in_queue": ("queue_ns", "seconds"),
-    "gen_ai.latency.time_to_first_token": ("ttft_ns", "seconds"),
-    "gen_ai.latency.e2e": ("e2e_ns", "seconds"),
-    "gen_ai.latency.time_in_model_prefill": ("prefill_ns", "seconds"),
-    "gen_ai.latency.time_in_model_decode": ("decode_ns", "seconds"),
-    "gen_ai.usage.prompt_tokens": ("prompt_tokens", "count"),
-    "gen_ai.usage.completion_tokens": ("completion_tokens", "count"),
-}
-#: A span that carries any of these is a request even under another name.
-LATENCY_PREFIX = "gen_ai.latency."
-LIMIT = spans.TIME_LIMIT_NS
-_BAD = object()  # a value of the wrong type or out of range
-
-
-@dataclass
-class Collected:
-    """Request spans decoded so far, column by column (ns and counts already checked), and the account."""
-
-    path: Path
-    trace_ids: list[Any] = field(default_factory=list)
-    span_ids: list[Any] = field(default_factory=list)
-    start: list[int | None] = field(default_factory=list)
-    end: list[int | None] = field(default_factory=list)
-    columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c, _ in ATTRIBUTES.values()})
-    spans_read: int = 0
-    skipped: Counter[str] = field(default_factory=Counter)
-    warnings: list[str] = field(default_factory=list)
-    first_bad: str | None = None
-
-    def add(self, trace: Any, span: Any, name: Any, start: Any, end: Any, found: dict[Any, tuple[str, Any]]) -> None:
-        """One span: ``found`` holds the ``ATTRIBUTES`` it carries as (type, value), the type one of
-        ``double``, ``int``, ``string``, ``bool`` or another name (nothing this reader takes)."""
-        self.spans_read += 1
-        if name != REQUEST_SPAN and not any(k.startswith(LATENCY_PREFIX) for k in found):
-            self.skipped["not_a_request"] += 1
-            return
-        self.trace_ids.append(None if trace is None else str(trace))
-        self.span_ids.append(None if span is None else str(span))
-        first = self.instant(start, "start")
-        last = self.instant(end, "end")
-        if first is not None and last is not None and last < first:
-            last = self.bad("end", end)
-        self.start.append(first)
-        self.end.append(last)
-        for key, (column, kind) in ATTRIBUTES.items():
-            value = None if key not in found else _convert(kind, *found[key])
-            self.columns[column].append(self.bad(key, found[key][1]) if value is _BAD else value)
-
-    def instant(self, value: Any, what: str) -> int | None:
-        """A span's start or end in ns (an integer or a string of digits within ±2⁶² ns); None when absent."""
-        if value is None:
-            return None
-        ns = _integer(value)
-        return self.bad(what, value) if ns is _BAD or not -LIMIT < ns < LIMIT else ns
-
-    def bad(self, what: str, value: Any) -> None:
-        """Count a value left null, remembering the first for the warning."""
-        self.skipped["bad_value"] += 1
-        self.first_bad = self.first_bad or f"{what} = {str(value)[:40]!r}"
-        return None
-
-
-def _integer(value: Any) -> Any:
-    """An int from an int or a string of digits (protobuf JSON writes 64-bit integers as strings)."""
-    if isinstance(value, bool):
-        return _BAD
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return _BAD
-    return _BAD
-
-
-def _convert(kind: str, typ: str, value: Any) -> Any:
-    """A typed attribute value as its column holds it: seconds as ns (finite, within 0..2⁶² ns), counts as ints
-    (0..2⁶², an integral double accepted), text as str; ``_BAD`` for anything else."""
-    if kind == "text":
-        if typ == "string" and isinstance(value, str):
-            return value
-        number = _integer(value) if typ == "int" else _BAD
-        return _BAD if number is _BAD else str(number)
-    if typ not in ("double", "int"):
-        return _BAD
-    if kind == "count":
-        number = _integer(value) if typ == "int" else value
-        if isinstance(number, float) and number.is_integer():
-            number = int(number)
-        return number if isinstance(number, int) and not isinstance(number, bool) and 0 <= number < LIMIT else _BAD
-    try:
-        seconds = float(value)  # doubleValue may be "NaN" or "Infinity" in protobuf JSON
-    except (TypeError, ValueError):
-        return _BAD
-    if isinstance(value, bool) or not math.isfinite(seconds) or not 0 <= seconds * 1e9 < LIMIT:
-        return _BAD
-    return round(seconds * 1e9)
+__all__ = ["ATTRIBUTES", "REQUEST_SPAN", "Collected", "derive", "documents", "finish", "read", "wanted"]
 
 
 # --- reading the file: one object, or one per line ---
@@ -207,13 +106,21 @@ class KeyValue(msgspec.Struct, gc=False):
     value: AnyValue | None = None
 
 
+class SpanEvent(msgspec.Struct, gc=False):
+    timeUnixNano: Any = None
+    name: Any = None
+    attributes: list[KeyValue] = []
+
+
 class Span(msgspec.Struct, gc=False):
     traceId: Any = None
     spanId: Any = None
+    parentSpanId: Any = None
     name: Any = None
     startTimeUnixNano: Any = None
     endTimeUnixNano: Any = None
     attributes: list[KeyValue] = []
+    events: list[SpanEvent] = []
 
 
 class ScopeSpans(msgspec.Struct, gc=False):
@@ -241,13 +148,14 @@ def read(path: Path) -> FileResult:
             for scope in resource.scopeSpans or resource.instrumentationLibrarySpans:
                 for span in scope.spans:
                     out.add(span.traceId, span.spanId, span.name, span.startTimeUnixNano, span.endTimeUnixNano,
-                            {a.key: _otlp_value(a.value) for a in span.attributes if wanted(a.key)})
+                            {a.key: _otlp_value(a.value) for a in span.attributes if wanted(a.key)},
+                            span.parentSpanId, [_event(e) for e in span.events])
     return finish(out, "otlp")
 
 
-def wanted(key: Any) -> bool:
-    """An attribute the table takes, or one that makes its span a request."""
-    return key in ATTRIBUTES or (isinstance(key, str) and key.startswith(LATENCY_PREFIX))
+def _event(event: SpanEvent) -> Event:
+    return event.name, event.timeUnixNano, {a.key: _otlp_value(a.value) for a in event.attributes
+                                            if event_wanted(a.key)}
 
 
 def _otlp_value(value: AnyValue | None) -> tuple[str, Any]:
@@ -259,45 +167,3 @@ def _otlp_value(value: AnyValue | None) -> tuple[str, Any]:
         if field_value is not None:
             return typ, field_value
     return "other", None
-
-
-# --- the request table ---
-
-
-def finish(out: Collected, fmt: str) -> FileResult:
-    """The file's result: no spans, its requests (duplicates and requests without any time counted and left
-    out), the account and the warnings."""
-    table = _table(out)
-    unnamed = pl.col("trace_id").is_null() | pl.col("span_id").is_null()
-    unique = table.filter(pl.struct("trace_id", "span_id").is_first_distinct() | unnamed)
-    timed = unique.filter(pl.any_horizontal(pl.col("start", "ttft_ns", "e2e_ns", "queue_ns").is_not_null()))
-    out.skipped.update({"duplicate_span": table.height - unique.height, "request_without_times":
-                        unique.height - timed.height})
-    if out.first_bad:
-        out.warnings.append(f"{out.path}: {out.skipped['bad_value']} value(s) of the wrong type or out of range "
-                            f"left null (first: {out.first_bad})")
-    if timed.is_empty():
-        out.warnings.append(f"{out.path}: no request spans ({REQUEST_SPAN}, or spans with {LATENCY_PREFIX}* "
-                            f"attributes) among {out.spans_read} span(s)")
-    skipped = Counter({k: v for k, v in out.skipped.items() if v})
-    return FileResult(str(out.path), spans.empty(), out.spans_read, skipped, out.warnings, {}, fmt,
-                      requests=requests_table.conform(derive(timed, str(out.path))))
-
-
-def _table(out: Collected) -> pl.DataFrame:
-    text = {"trace_id": pl.String, "span_id": pl.String, "request_id": pl.String}
-    data = {"trace_id": out.trace_ids, "span_id": out.span_ids, "start": out.start, "end": out.end, **out.columns}
-    return pl.DataFrame(data, schema={k: text.get(k, pl.Int64) for k in data})
-
-
-def derive(raw: pl.DataFrame, source: str) -> pl.DataFrame:
-    """The request table's instants from a span's start and end and its stated durations: arrival = the span's
-    start; e2e as stated, else end − start; first token = arrival + TTFT; completion = arrival + e2e;
-    scheduled = first token − prefill (vLLM's prefill runs from scheduling to the first token), null where it
-    would precede the arrival (the two clocks disagree)."""
-    with_e2e = raw.with_columns(e2e_ns=pl.coalesce("e2e_ns", pl.col("end") - pl.col("start")))
-    instants = with_e2e.with_columns(
-        source=pl.lit(source), arrival=pl.col("start"), first_token=pl.col("start") + pl.col("ttft_ns"),
-        completion=pl.col("start") + pl.col("e2e_ns"))
-    scheduled = pl.col("first_token") - pl.col("prefill_ns")
-    return instants.with_columns(scheduled=pl.when(scheduled >= pl.col("arrival")).then(scheduled))

@@ -9,7 +9,8 @@ from __future__ import annotations
 TIME_UNITS = ("ns", "us", "ms", "s")  # --timeunit: the keys of cells.UNITS
 # --table: the keys of csv_table.TABLES
 CSV_TABLES = ("kernels", "breakdown", "lanes", "waits", "stages", "replicas", "workers", "memory", "memory_stages",
-              "requests")
+              "requests", "memcpy", "gpu_annotations", "launch_queue", "launch_delays", "flops", "flops_ops",
+              "flops_stages", "flops_steps")
 TOP = 15  # --top: rows of the kernel, runtime API and range tables
 
 #: check and diff offer the same five formats, chosen by --format only (``render.gates.FORMATS`` is their names).

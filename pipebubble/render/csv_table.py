@@ -31,7 +31,10 @@ from pipebubble.report import (
     Wait,
     WorkerRow,
 )
+from pipebubble.report.flops import FlopsGpu, FlopsOp, FlopsStage, FlopsStep
 from pipebubble.report.idle import CAUSES
+from pipebubble.report.launches import GpuAnnotation, LaunchDelay, LaunchQueue
+from pipebubble.report.memcpy import MemcpyRow
 
 # name: (the item's dataclass, the report's items, JSON names of fields that differ, properties added)
 TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
@@ -46,9 +49,18 @@ TABLES: dict[str, tuple[type, Any, dict[str, str], tuple[str, ...]]] = {
     "memory": (MemoryDevice, lambda r: r.memory.devices if r.memory else [], {}, ()),
     "memory_stages": (MemoryStage, lambda r: r.memory.stages if r.memory else [], {}, ()),
     "requests": (RequestRow, lambda r: r.requests.rows if r.requests else [], {}, ()),
+    # the job's rows (``lane`` empty), then each lane's
+    "memcpy": (MemcpyRow, lambda r: [*r.memcpy.rows, *r.memcpy.lanes] if r.memcpy else [], {}, ()),
+    "gpu_annotations": (GpuAnnotation, lambda r: r.gpu_annotations, {}, ()),
+    "launch_queue": (LaunchQueue, lambda r: r.launch_queue, {}, ()),
+    "launch_delays": (LaunchDelay, lambda r: r.launch_delays, {}, ()),
+    "flops": (FlopsGpu, lambda r: r.flops.by_gpu if r.flops else [], {}, ()),
+    "flops_ops": (FlopsOp, lambda r: r.flops.ops if r.flops else [], {}, ()),
+    "flops_stages": (FlopsStage, lambda r: r.flops.by_stage if r.flops else [], {}, ()),
+    "flops_steps": (FlopsStep, lambda r: r.flops.by_step if r.flops else [], {}, ()),
 }
 #: Fields a table leaves out: lists of rows of their own (a device's drawn timeline, its per-step peaks).
-LEFT_OUT = {"memory": ("steps", "timeline")}
+LEFT_OUT = {"memory": ("steps", "timeline"), "gpu_annotations": ("kernels",)}
 
 
 def render(report: Report, table: str = "kernels", unit: str = "ms") -> str:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from pipebubble import __version__
-from pipebubble.render import sections
+from pipebubble.render import axis, sections
 from pipebubble.render.cells import ms, pct, share, time
 from pipebubble.render.choices import TOP
 from pipebubble.render.sections import (
@@ -111,7 +111,8 @@ def svg(report: Report, step: int | None, window: tuple[int, int] | None, lanes:
     origin = timeline.origin(report)
     keys = timeline.row_keys(report, lanes)
     index = {key: i for i, (_, key) in enumerate(keys)}
-    height = ROW_H * len(keys) + 30
+    bottom = ROW_H * len(keys) + 2
+    height = bottom + axis.TICK + 11 + axis.LINE_H + 8
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {VIEW_W} {height}" width="100%"'
            f' preserveAspectRatio="xMinYMin meet" role="img" aria-label="timeline">']
     out += [f'<text x="4" y="{i * ROW_H + 16}">{escape(label)}</text>' for i, (label, _) in enumerate(keys)]
@@ -127,17 +128,17 @@ def svg(report: Report, step: int | None, window: tuple[int, int] | None, lanes:
             out.append(_rect(_x(max(w.start_ns, start), start, end), _x(min(w.start_ns + w.dur_ns, end), start, end),
                              row * ROW_H + 3 + BAR_H, WAIT_H, WAIT_COLOURS.get(w.cause, WAIT_COLOURS["unknown"]),
                              _wait(w, origin)))
-    out += _axis(start, end, origin, ROW_H * len(keys) + 20)
+    out += _axes(start, end, origin, bottom)
     return "\n".join([*out, "</svg>"])
 
 
-def _axis(start: int, end: int, origin: int, y: int) -> list[str]:
-    """Tick labels in ms from the origin, about one per 100 units, as the text timeline writes them (``250``,
-    ``0.5``: the digits the tick spacing needs, no thousands separators)."""
-    tick = timeline._nice_step((end - start) // 9)
-    first = -(-(start - origin) // tick) * tick + origin
-    return [f'<text x="{_x(t, start, end):.1f}" y="{y}" text-anchor="middle">{timeline.tick_label(t - origin, tick)}'
-            "</text>" for t in range(first, end, tick)]
+def _axes(start: int, end: int, origin: int, bottom: int) -> list[str]:
+    """The y-axis (a row a stage or lane, named at its left) and the x-axis: the time from the origin, its ticks
+    in 1-2-5 steps of the unit they need (``0 500 1000`` ms, ``0 2 4`` s), whole numbers, no separators."""
+    scale = axis.time_scale(start - origin, end - origin, axis.count_for(VIEW_W - LABEL_W - 10))
+    return [axis.line(LABEL_W, 0, LABEL_W, bottom),
+            *axis.x_axis(scale, lambda t: _x(t + origin, start, end), bottom, LABEL_W, VIEW_W - 10,
+                         "time from the timeline's start", VIEW_W)]
 
 
 def legend(report: Report) -> str:

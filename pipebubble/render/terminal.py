@@ -47,6 +47,9 @@ FOLD = frozenset({"lane", "gpu"})  # lane names: cut in the middle only as far a
 FOLD_MIN = 16  # the fewest columns a lane name is cut to
 MIN_CUT = 12  # the fewest columns a name is cut to
 CUT_WANT = 20  # the columns a name keeps before the table leaves out its least useful columns
+# a kernel's short name (at most 80 characters) keeps this many first, before it is cut to CUT_WANT: the table
+# leaves out its least useful columns for it; a wider terminal gives the name all the rest
+WANT = {"kernel": 40}
 GAP = 3  # columns between two table columns: padding, the (blank) rule, padding
 NARROW_GAP = 2  # the same without the left padding, for a table that would not fit otherwise
 # The pieces a line folds between: a number with the word after it (its unit) and the word before it (what it
@@ -124,27 +127,31 @@ def fit(section: Section, width: int) -> Fit:
     fits; else with names cut in the middle, down to CUT_WANT; then also with headers of several words stacked
     ("total" over "ms"), the gap between columns narrowed and the table's least useful columns left out
     (``Table.drop``, named in the list); then names cut to MIN_CUT and lane names to the fewest columns that
-    keep them apart; only then the rightmost columns. A lane name that fits none of that folds."""
+    keep them apart; only then the rightmost columns. A lane name that fits none of that folds. Before all of
+    that, a kernel's name keeps its WANT as the others keep CUT_WANT."""
     if _fits(section, width, GAP, tight=False, natural=True):
         return Fit(section, [], GAP, (None,) * len(section.columns))
-    if _fits(section, width, GAP, tight=False):
-        return _shortened(section, [], width, GAP, False)
     stacked = replace(section, columns=[_stacked(col) for col in section.columns])
-    for gap, tight, cut in _tries(stacked):
-        kept = _without(stacked, cut)
-        if _fits(kept, width, gap, tight):
-            return _shortened(kept, cut, width, gap, tight)
+    for roomy in (True, False):
+        if _fits(section, width, GAP, tight=False, roomy=roomy):
+            return _shortened(section, [], width, GAP, False, roomy)
+        for gap, tight, cut in _tries(stacked, roomy):
+            kept = _without(stacked, cut)
+            if _fits(kept, width, gap, tight, roomy=roomy):
+                return _shortened(kept, cut, width, gap, tight, roomy)
     return _shortened(_without(stacked, stacked.columns[1:]), stacked.columns[1:], width, NARROW_GAP, True)
 
 
-def _tries(section: Section) -> Iterator[tuple[int, bool, list[str]]]:
-    """(gap, tight, columns left out), in the order of preference."""
+def _tries(section: Section, roomy: bool = False) -> Iterator[tuple[int, bool, list[str]]]:
+    """(gap, tight, columns left out), in the order of preference; ``roomy``: none tight, nor past ``drop``."""
     heads = {col.replace("\n", " "): col for col in section.columns}
     drop = [heads[name] for name in section.drop if name in heads]
     yield GAP, False, []
-    for tight in (False, True):
+    for tight in (False,) if roomy else (False, True):
         for count in range(len(drop) + 1):
             yield NARROW_GAP, tight, drop[:count]
+    if roomy:
+        return
     rest = [col for col in section.columns[1:] if col not in drop]
     for count in range(1, len(rest) + 1):
         yield NARROW_GAP, True, drop + rest[len(rest) - count:]
@@ -157,10 +164,10 @@ def _without(section: Section, cut: list[str]) -> Section:
                    numeric=frozenset(n for n, i in enumerate(keep) if i in section.numeric))
 
 
-def _shortened(section: Section, cut: list[str], width: int, gap: int, tight: bool) -> Fit:
+def _shortened(section: Section, cut: list[str], width: int, gap: int, tight: bool, roomy: bool = False) -> Fit:
     """The fitted table: each name column gets an equal share of what the others leave (at least its least
     width), its cells cut in the middle to it; lane names are cut only when tight."""
-    least = [_least(section, i, tight) for i in range(len(section.columns))]
+    least = [_least(section, i, tight, roomy) for i in range(len(section.columns))]
     names = [i for i, col in enumerate(section.columns) if _kind(col) == "name" and least[i] < _widest(section, i)]
     room = width - sum(least) - gap * (len(least) - 1)
     widths: list[int | None] = [None] * len(least)
@@ -194,12 +201,14 @@ def _widest(section: Section, i: int) -> int:
                for part in text.split("\n"))
 
 
-def _least(section: Section, i: int, tight: bool) -> int:
-    """The fewest columns column ``i`` takes: a name CUT_WANT (MIN_CUT when tight), a lane name its widest cell
-    (when tight, the fewest that keep every lane's name apart, at least FOLD_MIN), anything else its widest."""
+def _least(section: Section, i: int, tight: bool, roomy: bool = False) -> int:
+    """The fewest columns column ``i`` takes: a name CUT_WANT (``roomy``: its WANT; MIN_CUT when tight), a lane
+    name its widest cell (when tight, the fewest that keep every lane's name apart, at least FOLD_MIN),
+    anything else its widest."""
     widest, kind = _widest(section, i), _kind(section.columns[i])
     if kind == "name":
-        return min(widest, MIN_CUT if tight else CUT_WANT)
+        want = WANT.get(section.columns[i].replace("\n", " "), CUT_WANT) if roomy else CUT_WANT
+        return min(widest, MIN_CUT if tight else want)
     if kind == "key" and tight:
         values = [row[i] for row in section.rows]
         return next((w for w in range(FOLD_MIN, widest) if _apart(values, w)), widest)
@@ -210,9 +219,9 @@ def _apart(values: list[str], width: int) -> bool:
     return len({cells.shorten(v, width) for v in values}) == len(set(values))
 
 
-def _fits(section: Section, width: int, gap: int, tight: bool, natural: bool = False) -> bool:
+def _fits(section: Section, width: int, gap: int, tight: bool, natural: bool = False, roomy: bool = False) -> bool:
     columns = range(len(section.columns))
-    need = sum(_widest(section, i) if natural else _least(section, i, tight) for i in columns)
+    need = sum(_widest(section, i) if natural else _least(section, i, tight, roomy) for i in columns)
     return need + gap * (len(section.columns) - 1) <= width
 
 
@@ -255,7 +264,8 @@ def facts_block(report: Report, width: int, unit: str = "ms") -> list[Renderable
     """What was read (its warnings go to stderr, not here), the job's notes, then the pipeline's header when
     there is one."""
     parts: list[RenderableType] = [prose(sections.ingest_lines(report, warnings=False), width)]
-    parts += [prose(sections.job_notes(report), width, "bold")] if report.notes else []
+    notes = sections.job_notes(report)
+    parts += [prose(notes, width, "bold")] if notes else []
     return parts + ([header_block(report, width, unit)] if report.pipeline is not None else [])
 
 

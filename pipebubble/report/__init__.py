@@ -25,8 +25,11 @@ from pipebubble.report.collectives import (  # noqa: F401 (the report's)
 )
 from pipebubble.report.critical import CriticalPath, PathSegment, PathShare  # noqa: F401 (the report's)
 from pipebubble.report.findings import Finding, Where  # noqa: F401 (the report's)
+from pipebubble.report.flops import Flops, FlopsGpu, FlopsOp, FlopsStage, FlopsStep, Unmodelled  # noqa: F401
 from pipebubble.report.idle import IdleCause  # noqa: F401 (the report's)
 from pipebubble.report.ingest import ClockOffset, Completeness, IngestSummary, Lane, billed  # noqa: F401 (the report's)
+from pipebubble.report.launches import AnnotatedKernel, GpuAnnotation, LaunchDelay, LaunchQueue  # noqa: F401
+from pipebubble.report.memcpy import Memcpy, MemcpyRow  # noqa: F401 (the report's)
 from pipebubble.report.memory import Memory, MemoryDevice, MemoryStage, MemoryStep  # noqa: F401 (the report's)
 from pipebubble.report.names import short_names
 from pipebubble.report.pipeline import (  # noqa: F401 (the report's)
@@ -72,6 +75,14 @@ class Report:
     requests: Requests | None = None  # served requests (OTLP / Jaeger spans, or an engine's request events)
     # the idle account per GPU, cause, operator and call, whole window (``analysis/idle``)
     idle: list[IdleCause] = field(default_factory=list)
+    # GPU annotations by name, each GPU stream's launch queue, launch delays per operator (``report.launches``)
+    gpu_annotations: list[GpuAnnotation] = field(default_factory=list)
+    launch_queue: list[LaunchQueue] = field(default_factory=list)
+    launch_delays: list[LaunchDelay] = field(default_factory=list)
+    memcpy: Memcpy | None = None  # copies by direction and host memory (``analysis/memcpy.py``); null: none
+    # useful work: operators' FLOPs and roofline, MFU per GPU, stage and step (``analysis/flops``); null: no
+    # operator with shapes or a flops arg
+    flops: Flops | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -132,8 +132,11 @@ class Facts:
 @dataclass(frozen=True)
 class Host:
     """The host side: runtime API calls, launch delay (a launch call's start to its kernel's start),
-    kernels shorter than ``short_kernel_ns``, and annotation (NVTX) ranges; ``facts``: per GPU stream and
-    host thread, what the findings read."""
+    kernels shorter than ``short_kernel_ns``, annotation (NVTX) ranges, and CPU operators (``ops``, kind
+    ``cpu_op``, by name over every rank: count and total inclusive time, so a nested operator counts in its
+    parent's too); ``steps``: the distinct steps the host marked over the job (``ProfilerStep#N``, or the
+    ranges ``--step-regex`` matches), null without any, what a count per step divides by; ``facts``: per GPU
+    stream and host thread, what the findings read."""
 
     api: list[CallStat] = field(default_factory=list)
     ranges: list[CallStat] = field(default_factory=list)
@@ -145,3 +148,5 @@ class Host:
     short_kernel_ns: int = 10_000
     ranges_total: int = 0  # distinct range names (``ranges`` lists the 1,000 with the most time)
     facts: Facts = field(default_factory=Facts)
+    ops: list[CallStat] = field(default_factory=list)
+    steps: int | None = None

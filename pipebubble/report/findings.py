@@ -39,6 +39,8 @@ KINDS = (
     "memory",  # the best what-if does not fit in memory
     "queueing",  # requests' TTFT tail spent waiting in the queue
     "tail_interference",  # requests' TPOT tail from decodes sharing steps with prefills
+    "preemption",  # requests evicted from the KV cache and queued again
+    "prefill_heavy_tail",  # requests' TTFT tail waiting through prefill-heavy engine steps
 )
 
 

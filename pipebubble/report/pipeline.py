@@ -159,6 +159,9 @@ class Replicas:
     heavy_stage: int | None = None
     heavy_ratio: float | None = None
     heavy_min_ratio: float | None = None
+    # the slow workers (WorkerRow.name) replayed at their peers' median in the balanced what-if and its
+    # baseline: the partition move is judged as if they ran at their peers' pace
+    balanced_paced: list[str] = field(default_factory=list)
     sync_wait_ns: int = 0  # per step, the workers' waits for their stage's slowest peer (the gradient sync)
     # the replica computing the most, its compute against the others' (each stage's median), and the job's
     # replay with all its workers at their peers' median (a slow node, not one GPU)

@@ -23,6 +23,8 @@ KINDS = {
     "memory": "memory",
     "queueing": "queueing",
     "tail_interference": "tail interference",
+    "preemption": "preemption",
+    "prefill_heavy_tail": "prefill-heavy steps in the tail",
 }
 
 #: Why a rank arrived late (``Finding.cause`` of a ``late_rank`` or ``data_loader`` finding, the keys of its

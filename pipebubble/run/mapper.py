@@ -2,7 +2,7 @@
 
 Read the file (through the span cache), then run the registry's analyses over it (``analysis.registry``):
 its lanes' busy/idle, its stages' labelled work and merged host activity, its serving steps, its collectives,
-its GPU time, timeline strips, critical-path part, requests and memory. Small rank files are mapped a batch
+its GPU time, timeline strips, critical-path part, requests, memory and copies. Small rank files are mapped a batch
 at a time (``map_together``: each analysis once over the batch, split by rank); a spilled one in windows
 (``_map_spilled``). Parts mapped in another process travel as Arrow IPC tables in a msgpack envelope
 (``wire``), never as Python objects; one mapped in this process is reduced as it is (``reducer``).
@@ -19,8 +19,10 @@ import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.critical import CriticalPart
+from pipebubble.analysis.flops import FlopsPart
 from pipebubble.analysis.intervals import ENGINE
 from pipebubble.analysis.job import CommPart
+from pipebubble.analysis.launch import LaunchPart
 from pipebubble.analysis.memory import MemoryPart
 from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.registry import Given, parts_of, parts_together
@@ -47,6 +49,9 @@ class FilePart:
     critical: CriticalPart | None = None
     requests: RequestsPart | None = None
     memory: MemoryPart | None = None
+    memcpy: pl.DataFrame | None = None  # copies by lane, direction and host memory (``analysis/memcpy.py``)
+    launch: LaunchPart | None = None  # GPU annotations, launch queues, launch delays
+    flops: FlopsPart | None = None  # operators' FLOPs and the GPU time they launched (``analysis/flops``)
 
 
 def map_spans(result: FileResult, options: Options) -> FilePart:
@@ -63,12 +68,13 @@ def _mapped(result: FileResult, options: Options, known: dict | None = None) -> 
 
 
 def _given(result: FileResult) -> Given:
-    return Given(result.meta, result.memory, result.requests)
+    return Given(result.meta, result.memory, result.requests, result.request_steps)
 
 
 def _account(result: FileResult, meta: dict) -> FileResult:
     """What the reduce keeps of the file read: its account, without spans and tables."""
-    return replace(result, spans=result.spans.clear(), meta=meta, memory=None, requests=None)
+    return replace(result, spans=result.spans.clear(), meta=meta, memory=None, requests=None,
+                   request_steps=None)
 
 
 def _file_part(account: FileResult, parts: dict[str, Any]) -> FilePart:
@@ -114,8 +120,10 @@ def _only_rank(result: FileResult) -> int | None:
     return int(spans["rank"][0]) if spans["rank"].n_unique() == 1 else None
 
 
-#: What a spilled table not read whole leaves out: its serving steps, strips, critical-path part and requests.
-_LEAN = {"serving": (None, []), "strips": None, "critical": None, "requests": None}
+#: What a spilled table not read whole leaves out: its serving steps, strips, critical-path part, requests and
+#: launch part (GPU annotations, launch queues, launch delays).
+_LEAN = {"serving": (None, []), "strips": None, "critical": None, "requests": None, "launch": None,
+         "flops": None}
 
 
 def _map_spilled(result: FileResult, options: Options) -> FilePart:
@@ -135,6 +143,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
     from pipebubble import budget
     from pipebubble.analysis.comm.collectives import participant_windows
     from pipebubble.analysis.lanes import lane_table_windowed
+    from pipebubble.analysis.memcpy import memcpy_part
     from pipebubble.analysis.pipeline.part import holds_stages, no_evidence
     from pipebubble.analysis.registry import comm_of, comm_rows, may_hold_steps, serving_part, serving_ranks
 
@@ -159,7 +168,7 @@ def _map_spilled(result: FileResult, options: Options) -> FilePart:
         lanes, lean_enough = lanes.result(), told.result()
     if warning:
         result = replace(result, warnings=[*result.warnings, warning])
-    known: dict[str, Any] = {"lanes": lanes, "gpu": gpu}
+    known: dict[str, Any] = {"lanes": lanes, "gpu": gpu, "memcpy": memcpy_part(scan, options)}  # a streamed sum
     if lean_enough and alone:
         spans, known = scan, {**known, **_LEAN, "stages": None, "comm": None}
     elif lean_enough:

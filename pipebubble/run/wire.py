@@ -20,7 +20,9 @@ import polars as pl
 
 from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.critical import CriticalPart
+from pipebubble.analysis.flops import FlopsPart
 from pipebubble.analysis.job import CommPart
+from pipebubble.analysis.launch import LaunchPart
 from pipebubble.analysis.memory import MemoryPart
 from pipebubble.analysis.pipeline.part import StagePart
 from pipebubble.analysis.pipeline.stages import Worker
@@ -160,4 +162,7 @@ FIELDS: dict[str, Codec] = {
     "critical": _frames(CriticalPart),
     "requests": _frames(RequestsPart),
     "memory": _frames(MemoryPart),
+    "launch": _frames(LaunchPart),
+    "memcpy": FRAME,
+    "flops": _frames(FlopsPart, ("gpu_ns",)),
 }

@@ -8,12 +8,14 @@ import polars as pl
 import pytest
 
 from pipebubble import spans
+from pipebubble.analysis import memcpy
 from pipebubble.analysis.breakdown import GpuPart
 from pipebubble.analysis.breakdown.strips import empty_bins
 from pipebubble.analysis.comm.collectives import CALL_COLUMNS
 from pipebubble.analysis.critical import CriticalPart
 from pipebubble.analysis.job import CommPart
 from pipebubble.analysis.lanes import LANE_COLUMNS
+from pipebubble.analysis.launch import LaunchPart
 from pipebubble.analysis.pipeline.report import PipelineSection, StagePart, reduce_stages
 from pipebubble.analysis.pipeline.work import WORK_COLUMNS
 from pipebubble.analysis.registry import ANALYSES
@@ -64,6 +66,12 @@ def check(name: str, part, table: str, options: Options) -> None:
         assert isinstance(part, CriticalPart)
         assert part.nodes.height == (table == "one-kernel") and part.steps.is_empty()
     elif name in ("requests", "memory"):  # no request table nor request events, no allocator events
+        assert part is None
+    elif name == "memcpy":  # no copy: no rows
+        assert isinstance(part, pl.DataFrame) and part.schema == memcpy.empty().schema and part.is_empty()
+    elif name == "launch":  # no launch call nor GPU annotation: every frame empty
+        assert isinstance(part, LaunchPart) and all(getattr(part, k).is_empty() for k in LaunchPart.FRAMES)
+    elif name == "flops":  # no operator with shapes or a flops arg
         assert part is None
     else:
         pytest.fail(f"no expectation written for the registered analysis {name!r}")

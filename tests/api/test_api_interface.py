@@ -13,16 +13,17 @@ import pipebubble as pb
 PUBLIC = ["Check", "Diff", "PipebubbleError", "Report", "Settings", "analyze", "check", "diff"]
 TABLES = ["lanes", "stages", "replicas", "workers", "waits", "breakdown", "kernels", "findings", "memory",
           "memory_stages", "requests", "steps", "recommendations", "timeline", "collective_ranks", "collective_calls",
-          "critical_path", "idle", "host_api", "host_ranges"]
+          "critical_path", "idle", "host_api", "host_ranges", "host_ops", "gpu_annotations", "launch_queue",
+          "launch_delays", "memcpy", "memcpy_lanes", "flops", "flops_ops", "flops_stages", "flops_steps"]
 REPORT = ["data", "pipeline", "notes", "warnings", "tables", "table", "to_pandas", "to_dict", "render", "save",
-          "_repr_html_", "spans", "show", "origin_ns"]
+          "_repr_html_", "spans", "show", "origin_ns", "queue_series"]
 VERDICT = ["passed", "render", "_repr_markdown_"]
 SETTINGS = ["stage_by", "stage", "pp_size", "rank_order", "microbatch_regex", "wait_threshold", "gpu_cost",
-            "memory_limit", "step_regex", "tbt_slo", "align", "no_align", "executor", "ray_address", "workers",
-            "memory_budget", "cache"]
+            "memory_limit", "peak_flops", "peak_bandwidth", "step_regex", "tbt_slo", "align", "no_align", "executor",
+            "ray_address", "workers", "memory_budget", "cache"]
 GATES = ["max_bubble", "max_excess_bubble", "min_utilization", "max_stage_cv", "max_imbalance", "max_wait_ms",
-         "max_decode_slowdown", "max_finding", "max_ttft_p99", "max_tpot_p99", "max_queue_p99", "strict",
-         "allow_partial", "config"]
+         "max_decode_slowdown", "max_finding", "max_ttft_p99", "max_tpot_p99", "max_queue_p99", "max_preemptions",
+         "strict", "allow_partial", "config"]
 
 
 def test_public_names():
@@ -49,7 +50,8 @@ def test_keyword_arguments():
     params = {func: inspect.signature(getattr(pb, func)).parameters for func in ("analyze", "check", "diff")}
     assert list(params["analyze"]) == ["paths", "config", *SETTINGS]
     assert list(params["check"]) == ["report", *GATES, *SETTINGS]
-    assert list(params["diff"]) == ["base", "new", "tolerance", "strict", "allow_partial", "config", *SETTINGS]
+    assert list(params["diff"]) == ["base", "new", "tolerance", "strict", "allow_partial", "by", "max_op_regression",
+                                    "config", *SETTINGS]
     assert list(pb.Settings.__dataclass_fields__) == SETTINGS
 
 

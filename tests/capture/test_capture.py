@@ -210,3 +210,31 @@ def test_cli_rejects_a_workload_and_a_command_together(tmp_path):
     app.command("noop")(lambda: None)
     result = CliRunner().invoke(app, ["capture", "--workload", "serve", "--", "python", "x.py"])
     assert isinstance(result.exception, CaptureError)
+
+
+GEMMS = """
+    import torch
+    a, b = torch.randn(128, 256), torch.randn(256, 64)
+    for _ in range(20):
+        c = a @ b
+"""
+
+
+def test_shapes_are_recorded_by_default_and_give_a_cpu_gemm_its_mfu(tmp_path):
+    """A toy GEMM loop on CPU, captured as is: its aten::mm calls carry their shapes, and MFU against a given
+    peak is the FLOPs over the thread's window × the peak, counted here from the raw events."""
+    from pipebubble.options import Options, Scale
+    from pipebubble.run import run
+
+    result = capture([sys.executable, script(tmp_path, GEMMS)], CaptureOptions(out=tmp_path / "out", mode="run"))
+    assert json.loads(result.metadata.read_text())["record_shapes"] is True
+    raw = [e for e in events(result.traces[0])["traceEvents"] if e.get("cat") == "cpu_op"]
+    mms = [e for e in raw if e["name"] == "aten::mm"]
+    assert len(mms) == 20 and all(e["args"]["Input Dims"] == [[128, 256], [256, 64]] for e in mms)
+    thread = [e for e in raw if e["tid"] == mms[0]["tid"]]
+    window_ns = round(max(e["ts"] + e["dur"] for e in thread) * 1000) - round(min(e["ts"] for e in thread) * 1000)
+    flops = 20 * 2 * 128 * 64 * 256
+    report = run([result.traces[0]], Options.from_settings({"peak_flops": "50G"}), Scale(workers=1, use_cache=False))
+    (lane,) = [g for g in report.flops.by_gpu if g.flops]
+    assert lane.flops == flops and lane.window_ns == pytest.approx(window_ns, abs=2)
+    assert 0 < lane.mfu < 1 and lane.mfu == pytest.approx(flops / (window_ns / 1e9 * 50e9), rel=1e-3)

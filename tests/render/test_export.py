@@ -145,7 +145,8 @@ def test_one_track_per_thread_and_stream_under_its_rank():
     trace, report = exported(), gpipe_report()
     begins = Counter((trace.group(s["track"]), trace.name(s["track"])) for s in trace.slices)
     assert begins[("rank 0 · stage 0", "thread 1")] == 4  # nested ranges and the launch share one track
-    assert begins[("rank 1 · stage 1", "GPU 0 stream 7")] == 2  # two tracks of one name: the UI merges them
+    assert begins[("rank 1 · stage 1", "GPU 0 stream 7")] == 1  # and the kernel that overlaps it under it:
+    assert begins[("rank 1 · stage 1", "overlapping · GPU 0 stream 7")] == 1
     assert begins[("rank 1 · stage 1", "GPU 0 stream 13")] == 1
     assert sum(n for (_, name), n in begins.items() if name == "passes") == len(report.timeline)
     assert sum(n for (_, name), n in begins.items() if name == "bubbles and waits") == len(report.waits)
@@ -168,14 +169,14 @@ def test_passes_and_waits_sit_under_their_rank_first():
     assert stage_of == {s: f"rank {s} · stage {s}" for s in range(4)}
 
 
-def test_an_overlapping_span_spills_to_a_merged_sibling_track():
+def test_an_overlapping_span_spills_to_a_track_under_its_lanes():
     trace = exported()
     gemms = [s for s in trace.slices if s["name"] in ("gemm", "gemm2")]
     a, b = (trace.tracks[s["track"]] for s in gemms)
-    assert a.uuid != b.uuid and a.parent_uuid == b.parent_uuid and a.name == b.name
-    by_key = TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
-    assert a.sibling_merge_behavior == b.sibling_merge_behavior == by_key
-    assert a.sibling_merge_key == b.sibling_merge_key and a.description == "rank1/gpu0/stream7"
+    assert b.parent_uuid == a.uuid and b.name == f"overlapping · {a.name}" and a.name == "GPU 0 stream 7"
+    assert b.sibling_merge_behavior == TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
+    assert a.description == b.description == "rank1/gpu0/stream7"
+    assert not a.HasField("thread") and not b.HasField("thread")  # a stream is no thread
 
 
 def test_the_innermost_enclosing_slice_is_the_parent():
@@ -233,8 +234,8 @@ def test_waits_carry_their_cause():
 
 
 def test_collective_waits_sit_under_the_waiting_rank():
-    """A job that is no pipeline: each wait goes under the rank that waited; two that overlap on one rank go on
-    two tracks of one name and merge key (the UI shows one)."""
+    """A job that is no pipeline: each wait goes under the rank that waited; of two that overlap on one rank,
+    the second goes on a track under the first's."""
     report = collectives_report()
     overlapping = Wait(None, T0 + 41 * MS, 10 * MS, "collective", None, None, lane="rank0/gpu0", rank=0,
                        waited_for=7)
@@ -242,9 +243,9 @@ def test_collective_waits_sit_under_the_waiting_rank():
     waits = [s for s in trace.slices if s["name"] == "wait: collective"]
     assert len(waits) == 3 and all(trace.group(s["track"]) == f"rank {s['args']['rank']}" for s in waits)
     assert {s["args"]["waited_for"] for s in waits} == {3, 7} and {trace.name(s["track"]) for s in waits} == {
-        "collective waits"}
-    rank0 = {trace.tracks[s["track"]].sibling_merge_key: s["track"] for s in waits if s["args"]["rank"] == 0}
-    assert len(rank0) == 1 and len({s["track"] for s in waits if s["args"]["rank"] == 0}) == 2
+        "collective waits", "overlapping · collective waits"}
+    first, second = (trace.tracks[s["track"]] for s in waits if s["args"]["rank"] == 0)
+    assert second.parent_uuid == first.uuid and first.name == "collective waits"
 
 
 def test_lanes_only_report_gets_a_counter_per_device_under_its_rank():

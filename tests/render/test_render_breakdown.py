@@ -313,7 +313,9 @@ def test_cli_csv_of_the_sample_matches_its_json(table):
     proc = run_cli("analyze", str(SAMPLE), "--format", "csv", "--table", table, "--timeunit", "ns")
     assert proc.returncode == 0, proc.stderr
     got = rows(proc.stdout)
-    where = {"memory": ("memory", "devices"), "memory_stages": ("memory", "stages")}.get(table, (table,))
+    where = {"memory": ("memory", "devices"), "memory_stages": ("memory", "stages"), "flops": ("flops", "by_gpu"),
+             "flops_ops": ("flops", "ops"), "flops_stages": ("flops", "by_stage"),
+             "flops_steps": ("flops", "by_step")}.get(table, (table,))
     items = report
     for key in where:
         items = (items or {}).get(key) if isinstance(items, dict) else None

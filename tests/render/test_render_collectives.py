@@ -204,15 +204,23 @@ def test_perfetto_puts_collective_waits_on_the_waiting_rank_track():
     names = {t.uuid: t for t in trace.tracks}
     waits = [s for s in trace.slices if s.name == "wait: collective"]
     assert len(waits) == 3
+    def chain(uuid):  # a track and its ancestors, innermost first
+        while uuid is not None:
+            yield names[uuid]
+            uuid = names[uuid].parent
+
     for s in waits:
         args = dict(s.args)
-        rank = names[names[s.track].parent]
+        waits_track = next(t for t in chain(s.track) if t.name.startswith("collective waits"))
+        rank = names[waits_track.parent]
         assert rank.name == f"rank {args['rank']}" and rank.parent is None
-        assert args["waited_for"] in (3, 7) and names[s.track].name.startswith("collective waits")
-    # rank 0's two overlapping waits: two sibling tracks of one name and merge key (the UI shows one track)
-    tracks = {s.track for s in waits if dict(s.args)["rank"] == 0}
-    assert len(tracks) == 2 and len({names[t].name for t in tracks}) == 1
-    assert len({names[t].merge_key for t in tracks}) == 1 and names[next(iter(tracks))].merge_key is not None
+        assert args["waited_for"] in (3, 7)
+    # rank 0's two overlapping waits: the second on a child track of the first's (its overlap track)
+    tracks = [s.track for s in waits if dict(s.args)["rank"] == 0]
+    assert len(set(tracks)) == 2
+    inner = next(t for t in tracks if names[t].name.startswith("overlapping"))
+    outer = next(t for t in tracks if t != inner)
+    assert names[inner].parent == outer
     assert perfetto.to_proto(trace) and json.loads(perfetto.to_chrome_json(trace))["traceEvents"]
 
 

@@ -110,7 +110,7 @@ def test_svg_draws_one_row_per_stage_with_peak_and_static():
     root = parse(memory_svg(pipeline()))
     shown = texts(root)
     assert {"s0", "s1", "rank0/gpu0", "rank1/gpu0", "peak 16.0 GiB", "peak 12.5 GiB", "static 10.0 GiB",
-            "static 9.0 GiB", "16.0 GiB", "0", "ms"} <= set(shown)
+            "static 9.0 GiB", "0", "10 GiB", "20 GiB", "time from the earliest point (ms)"} <= set(shown)
     assert len(list(root.iter(f"{SVG}circle"))) == 2
     dashed = [line for line in root.iter(f"{SVG}line") if line.get("stroke-dasharray")]
     assert len(dashed) == 2

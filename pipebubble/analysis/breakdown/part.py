@@ -9,6 +9,7 @@ import polars as pl
 from pipebubble.analysis import hostnames, idle
 from pipebubble.analysis.breakdown import facts, medians
 from pipebubble.analysis.breakdown.rows import rows_in_memory
+from pipebubble.analysis.idle.steps import STEP_NUMBER
 from pipebubble.analysis.intervals import SCAN_OPTIMIZATIONS
 from pipebubble.analysis.launches import launch_calls, same_process
 from pipebubble.report import Breakdown
@@ -35,8 +36,10 @@ class GpuPart:
     streams: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, stream, cls, tag, count, total, tiny, ...
     gaps: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, count, total
     calls: pl.DataFrame = field(default_factory=pl.DataFrame)  # lane, name, count, total, inside
+    cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # name, count, total, max: CPU operators
+    steps: pl.DataFrame = field(default_factory=pl.DataFrame)  # step: the steps the host marked, distinct
 
-    FRAMES = ("stats", "api", "ranges", "ops", "delays", "idle", "streams", "gaps", "calls")
+    FRAMES = ("stats", "api", "ranges", "ops", "delays", "idle", "streams", "gaps", "calls", "cpu_ops", "steps")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def gpu_part(spans: pl.DataFrame, step_regex: str | None = None, alone: bool = F
     gpu, cpu, launch = given.gpu, given.cpu, given.launch
     rows = rows_in_memory(gpu, given.steps, given.pieces) if gpu.height else []
     delays = launch.select(d=(pl.col("start") - pl.col("at")).clip(lower_bound=0))["d"]
-    part = summarised(rows, gpu.lazy(), cpu.lazy(), delays, alone)
+    part = summarised(rows, gpu.lazy(), cpu.lazy(), delays, alone, step_regex=step_regex)
     ranks = gpu.lazy().group_by("lane").agg(pl.col("rank").first())
     return replace(part, idle=idle.top(idle.summed(given.pieces, ranks)))
 
@@ -87,16 +90,16 @@ def gpu_ops(spans: pl.DataFrame | pl.LazyFrame):
 
 def summarised(
     rows: list[Breakdown], gpu: pl.LazyFrame, cpu: pl.LazyFrame, delay: pl.Series | pl.LazyFrame, alone: bool,
-    bounded: bool = False, gaps: pl.DataFrame | None = None,
+    bounded: bool = False, gaps: pl.DataFrame | None = None, step_regex: str | None = None,
 ) -> GpuPart:
-    """The part of ``rows``: the per-name statistics of the GPU operations ``gpu``, the runtime calls and
-    ranges of ``cpu`` (``summaries``), and the launch delays ``delay`` (one per launched operation, held or a
-    scan of them: column ``d``); ``gaps``: the tiny-kernel gaps where they are counted already."""
-    return with_delays(summaries(gpu, cpu, alone, bounded, gaps), rows, delay, alone)
+    """The part of ``rows``: the per-name statistics of the GPU operations ``gpu``, the runtime calls,
+    ranges and operators of ``cpu`` (``summaries``), and the launch delays ``delay`` (one per launched operation,
+    held or a scan of them: column ``d``); ``gaps``: the tiny-kernel gaps where they are counted already."""
+    return with_delays(summaries(gpu, cpu, alone, bounded, gaps, step_regex), rows, delay, alone)
 
 
 def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool = False,
-              gaps: pl.DataFrame | None = None) -> GpuPart:
+              gaps: pl.DataFrame | None = None, step_regex: str | None = None) -> GpuPart:
     """A part's summaries without its rows and launch delays (``with_delays`` adds them): the per-name
     statistics of the GPU operations ``gpu``, the runtime calls and ranges of ``cpu``, each a query that
     reads only the columns it needs (``gpu`` and ``cpu`` may be scans of a spilled table). ``bounded``: the
@@ -126,10 +129,27 @@ def summaries(gpu: pl.LazyFrame, cpu: pl.LazyFrame, alone: bool, bounded: bool =
     ops = timed.group_by(pl.col("name").cast(pl.Categorical), "dur").agg(n=pl.len()).with_columns(named).join(
         kinds, on="name", nulls_equal=True)
     ops = ops.with_columns(named).select("kind", "name", "dur", "n")
-    queries = [stats, api, ranges, short] + ([] if alone else [ops])
+    cpu_ops = _calls(cpu.filter(pl.col("kind") == "cpu_op"))
+    queries = [stats, api, ranges, short, cpu_ops, host_steps(cpu, step_regex)] + ([] if alone else [ops])
     optimized = SCAN_OPTIMIZATIONS if bounded else pl.QueryOptFlags()
-    stats, api, ranges, short, *rest = pl.collect_all(queries, engine="streaming", optimizations=optimized)
-    return GpuPart([], stats, api, ranges, {}, short.item(), *rest, **facts.collected(gpu, cpu, gaps, optimized))
+    stats, api, ranges, short, cpu_ops, steps, *rest = pl.collect_all(queries, engine="streaming",
+                                                                      optimizations=optimized)
+    return GpuPart([], stats, api, ranges, {}, short.item(), *rest, cpu_ops=cpu_ops, steps=steps,
+                   **facts.collected(gpu, cpu, gaps, optimized))
+
+
+def host_steps(cpu: pl.LazyFrame, step_regex: str | None) -> pl.LazyFrame:
+    """step: the distinct steps the host marked, numbered as the idle account's steps are (``idle.cpu_steps``:
+    ``ProfilerStep#N`` is step N; the ranges ``step_regex`` matches, in order on each thread), so the host
+    summary's figures can be taken per step."""
+    if step_regex:
+        found = cpu.filter(pl.col("kind").is_in(["annotation", "step"]) & pl.col("name").str.contains(step_regex))
+        found = found.with_columns(owner=owner()).unique(["owner", "name", "start", "end"])
+        return found.group_by("owner").agg(n=pl.len()).select(step=pl.int_ranges(0, pl.col("n").max()).explode())
+    named = pl.col("name").str.contains(r"^ProfilerStep#\d+$")
+    found = cpu.filter((pl.col("kind") == "step") | ((pl.col("kind") == "annotation") & named))
+    number = pl.col("name").str.extract(STEP_NUMBER).cast(pl.Int64, strict=False)
+    return found.select(step=number).drop_nulls().unique()
 
 
 def with_delays(part: GpuPart, rows: list[Breakdown], delay: pl.Series | pl.LazyFrame, alone: bool) -> GpuPart:

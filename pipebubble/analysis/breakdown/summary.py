@@ -63,7 +63,7 @@ def _std(n: int, total: int, sq: int) -> float:
 
 
 def host(parts: list[GpuPart]) -> Host | None:
-    """Runtime calls, annotation ranges, launch delays and short kernels over all files."""
+    """Runtime calls, annotation ranges, CPU operators, launch delays and short kernels over all files."""
     if not parts:
         return None
     api, ranges = (_merged([getattr(p, key) for p in parts]) for key in ("api", "ranges"))
@@ -85,11 +85,21 @@ def host(parts: list[GpuPart]) -> Host | None:
         short_kernel_ns=SHORT_KERNEL_NS,
         ranges_total=len(ranges),
         facts=facts(parts),
+        ops=_merged([p.cpu_ops for p in parts]),
+        steps=_steps(parts),
     )
 
 
+def _steps(parts: list[GpuPart]) -> int | None:
+    """The distinct steps the host marked over every file (a job's ranks mark the same steps), None without."""
+    frames = [p.steps for p in parts if p.steps.width]
+    count = pl.concat(frames, how="vertical_relaxed")["step"].n_unique() if frames else 0
+    return count or None
+
+
 def _merged(frames: list[pl.DataFrame]) -> list[CallStat]:
-    frame = pl.concat(frames, how="vertical_relaxed")
+    frames = [f for f in frames if f.width]  # a frame without columns holds no rows either
+    frame = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
     if frame.is_empty():
         return []
     total = frame.group_by("name").agg(pl.col("count", "total").sum(), pl.col("max").max())

@@ -86,9 +86,10 @@ def gpu_part_windowed(
     cpu = scan.filter(pl.col("device").is_null())
     if bounded:
         rows, delays, account, gaps = _rows(ops, launches, cpu, step_regex, rows_per_window, scratch)
-        return replace(part.summarised(rows, gpu, cpu, delays, alone, bounded=True, gaps=gaps), idle=account)
+        return replace(part.summarised(rows, gpu, cpu, delays, alone, bounded=True, gaps=gaps,
+                                       step_regex=step_regex), idle=account)
     with ThreadPoolExecutor(1) as side:
-        summaries = side.submit(part.summaries, gpu, cpu, alone)
+        summaries = side.submit(part.summaries, gpu, cpu, alone, step_regex=step_regex)
         rows, delays, account, _ = _rows(ops, launches, cpu, step_regex, rows_per_window)
         return replace(part.with_delays(summaries.result(), rows, delays, alone), idle=account)
 

@@ -3,6 +3,7 @@
 Pure functions over an existing report (no I/O, no polars): each group of kinds has its module, each
 module's docstring says how its worths are computed (``pipeline``: replays and the steady-state bound;
 ``gpu``: the breakdown per step; ``ranks``: the straggler at collectives; ``serving``: interference;
+``preemption``: served requests' preemptions and prefill-heavy steps in the TTFT tail;
 ``copies``, ``streams``, ``kernels``: exposed copies, communication on the compute stream, tiny kernels and
 layout conversions; ``warmup``: a profile of start-up; ``framework`` tells DDP, FSDP, TorchRec and CUDA-graph
 replays apart for their actions).
@@ -19,7 +20,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipebubble.analysis.findings import copies, gpu, kernels, memory, pipeline, ranks, serving, streams, warmup
+from pipebubble.analysis.findings import (
+    copies,
+    gpu,
+    kernels,
+    memory,
+    pipeline,
+    preemption,
+    ranks,
+    serving,
+    streams,
+    warmup,
+)
 from pipebubble.analysis.findings.common import gpus, job_step
 from pipebubble.analysis.requests import findings as requests
 from pipebubble.analysis.rootcause import findings as late_rank_findings  # a module: it imports this package
@@ -28,8 +40,8 @@ from pipebubble.report import Report
 from pipebubble.report.findings import KINDS, THRESHOLD, Finding
 
 GROUPS = (pipeline.findings, ranks.findings, gpu.findings, serving.findings, memory.findings,
-          lambda r: requests.findings(r.requests), copies.findings, streams.findings, kernels.findings,
-          warmup.findings)
+          lambda r: requests.findings(r.requests), preemption.findings, copies.findings, streams.findings,
+          kernels.findings, warmup.findings)
 
 
 def findings(report: Report, gpu_cost: float | None = None, threshold: float = THRESHOLD,

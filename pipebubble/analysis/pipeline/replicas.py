@@ -237,11 +237,24 @@ def _balanced(per_worker: dict, times: list, replays: list, plan: tuple) -> dict
     scale = [target / round(t) for t in typical]
     if None in replays or any(t is None for t in times):
         return out
-    balanced = [_replay(whatif._scaled(t, scale), plan) for t in times]
-    job = _job(replays)
+    # a slow worker is its own finding: the move is judged with every slow worker at its peers' pace (else
+    # more layers on a slow GPU would hide what the partition costs), against the job replayed the same way
+    slow = sorted(w for w, ns in per_worker.items() if ns >= WORKER_RATIO * _peers_median(per_worker, *w))
+    paced = list(times)
+    for s, r in slow:
+        paced[r] = _at_peers(paced[r], times, r, s)
+    job = _job(replays) if not slow else _job([_replay(t, plan) for t in paced])
+    balanced = [_replay(whatif._scaled(t, scale), plan) for t in paced]
     if None in balanced or job is None:
         return out
-    return out | {"balanced_step_ns": max(balanced), "balanced_worth_ns": job - max(balanced)}
+    return out | {"balanced_step_ns": max(balanced), "balanced_worth_ns": job - max(balanced),
+                  "balanced_paced": [f"pp{s}/dp{r}" for s, r in slow]}
+
+
+def _peers_median(per_worker: dict, stage: int, replica: int) -> float:
+    """The median compute of ``stage`` in the other replicas (infinite where it has none: never slow)."""
+    peers = [ns for (s, r), ns in per_worker.items() if s == stage and r != replica]
+    return statistics.median(peers) if peers else float("inf")
 
 
 def _sync_waits(work: pl.DataFrame, count: int, lanes: dict) -> list[Wait]:

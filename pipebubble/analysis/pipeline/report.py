@@ -124,13 +124,16 @@ def reduce_stages(
     options: PipelineOptions = PipelineOptions(),
     p2p: dict[str, int] | None = None,
     ops: pl.DataFrame | None = None,
+    lane_flops: dict[str, int] | None = None,
 ) -> PipelineSection:
     """Reduce: everything pipeline-shaped from the files' parts. Two or more stages are a pipeline only on
     evidence (``evidence.pipeline_evidence``; ``p2p``: the job's send/recv counts outside collectives),
     and their sends and receives (``ops``, ``p2p.SCHEMA``) are paired across ranks: each stage's receive
     wait and transfer, and the waits whose receive waited for a neighbour's send,
     else the section is empty but for a note saying why. One stage that its labels or process group say
-    is a pipeline stage (one rank of a bigger job) gets its stage row and waits, and no pipeline summary."""
+    is a pipeline stage (one rank of a bigger job) gets its stage row and waits, and no pipeline summary.
+    ``lane_flops``: each lane's model FLOPs (``analysis/flops``), where the trace holds them: the rebalanced
+    what-if then moves FLOPs (``whatif.rebalance``)."""
     parts = [p for p in parts if p is not None]
     bare = [p for p in parts if p.facts.get("no_evidence")]
     parts = [p for p in parts if not p.facts.get("no_evidence")]
@@ -167,7 +170,7 @@ def reduce_stages(
     waits = [replace(w, lane=lane_of.get(w.stage)) for w in waits]
     if p == 1:
         return PipelineSection(stage_rows, None, waits, timeline(work))
-    pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits)
+    pipeline = summary(table, work, stage_rows, wins, (schedule, chunks, m), facts, options, waits, lane_flops)
     pipeline = replace(pipeline, evidence=found, p2p=paired)
     if every is not None:
         done, done_wins = every

@@ -13,7 +13,7 @@ from pipebubble.errors import StageSpecError
 from pipebubble.report import Pipeline, Recommendation, StepResult
 
 
-def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> Pipeline:
+def summary(table, work, stage_rows, wins, detected, facts, options, waits, lane_flops=None) -> Pipeline:
     """The pipeline's header numbers (ARCHITECTURE.md definitions) over the step windows ``wins``: bubble
     against the detected schedule's theory, its excess split by cause, balance, bounds, cost and what-ifs."""
     schedule, chunks, m = detected
@@ -54,7 +54,8 @@ def summary(table, work, stage_rows, wins, detected, facts, options, waits) -> P
         idle_gpu_ns_per_step=idle // steps if steps else 0,
         **_cost(options.gpu_cost, p, bubble, idle, steps),
         recommendations=_recommendations(times, schedule, chunks, step_ns, cal,
-                                         round(sum(busy) / steps) if steps else None),
+                                         round(sum(busy) / steps) if steps else None,
+                                         _stage_flops(stage_rows, lane_flops)),
         replayed_step_ns=cal.replayed_step_ns if cal else None,
         replay_error=cal.error if cal else None,
         notes=notes,
@@ -105,7 +106,15 @@ def _excess(
     return excess, {"imbalance": imbalance, "communication": comm, "host": host, "other": max(0.0, left - comm - host)}
 
 
-def _recommendations(times, schedule, chunks, step_ns, cal, compute_ns) -> list[Recommendation]:
+def _stage_flops(stage_rows, lane_flops: dict[str, int] | None) -> list[int] | None:
+    """Each stage's model FLOPs (its lanes'), in stage order; None unless every stage has some."""
+    if not lane_flops:
+        return None
+    flops = [sum(lane_flops.get(lane, 0) for lane in s.lanes) for s in sorted(stage_rows, key=lambda s: s.stage)]
+    return flops if all(flops) else None
+
+
+def _recommendations(times, schedule, chunks, step_ns, cal, compute_ns, flops=None) -> list[Recommendation]:
     """What-ifs replayed with the calibrated times; speed-ups against the measured step, bubbles as the measured
     one is defined, over the measured step's compute (``compute_ns``, summed over the stages)."""
     if times is None or schedule is None:
@@ -113,7 +122,7 @@ def _recommendations(times, schedule, chunks, step_ns, cal, compute_ns) -> list[
     try:
         note = (cal.note or "") if cal else ""
         return list(whatif.what_if(times, schedule, chunks, measured_step_ns=step_ns or None, current_note=note,
-                                   compute_ns=compute_ns))
+                                   compute_ns=compute_ns, flops=flops))
     except StageSpecError:
         return []
 

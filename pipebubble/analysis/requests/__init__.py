@@ -2,13 +2,15 @@
 attributed to engine steps where those are known (``tail``), and its findings (``findings``).
 
 Pure functions over polars frames: ``summarize(requests, steps)`` -> ``Requests`` (None without requests).
-Definitions and the percentile rule: ``latency``; attribution: ``tail``.
+Definitions and the percentile rule: ``latency``; attribution: ``tail``; preemptions: ``preemption``; the
+scheduler steps an engine traced: ``step_trace``.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from pipebubble.analysis.requests import preemption, step_trace
 from pipebubble.analysis.requests.latency import percentiles, ttft_split, with_tpot, without_queue_p99
 from pipebubble.analysis.requests.tail import attribute
 from pipebubble.report.requests import RequestRow, Requests
@@ -16,11 +18,12 @@ from pipebubble.report.requests import RequestRow, Requests
 KV_CACHE_NOTE = "KV-cache occupancy: no KV-cache events among the inputs"
 
 
-def summarize(requests: pl.DataFrame, steps: pl.DataFrame | None = None, kv: pl.DataFrame | None = None
-              ) -> Requests | None:
+def summarize(requests: pl.DataFrame, steps: pl.DataFrame | None = None, kv: pl.DataFrame | None = None,
+              traced: pl.DataFrame | None = None) -> Requests | None:
     """The section for ``requests`` (the request table of every file); ``steps``: engine steps from
     ``steps_llm.find_steps`` (with ``attach_gpu`` where possible) on the same clock, to attribute the tail;
-    ``kv``: KV-cache allocations and releases (``requests_from_trace``), for its occupancy."""
+    ``kv``: KV-cache allocations and releases (``requests_from_trace``), for its occupancy; ``traced``: the
+    scheduler steps an engine traced (``requests_table.STEP_SCHEMA``)."""
     if requests.is_empty():
         return None
     cache = kv_cache(kv)
@@ -38,11 +41,21 @@ def summarize(requests: pl.DataFrame, steps: pl.DataFrame | None = None, kv: pl.
         ttft_p99_without_queue_ns=without_queue_p99(rows),
         steps=attributed,
         kv_cache=cache,
-        notes=[n for n in (why, None if cache else KV_CACHE_NOTE) if n],
+        notes=[n for n in (why, None if cache or _kv_traced(traced) else KV_CACHE_NOTE) if n],
         rows=[RequestRow(**r) for r in rows.sort("arrival", nulls_last=True).select(
             "request_id", "queue_ns", "ttft_ns", "tpot_ns", "e2e_ns", "prefill_ns", "decode_ns", "prompt_tokens",
-            "completion_tokens", arrival_ns="arrival").iter_rows(named=True)],
+            "completion_tokens", "preemptions", "requeue_ns", "lost_tokens", arrival_ns="arrival").iter_rows(
+            named=True)],
+        requeue_ns=percentiles(rows["requeue_ns"]),
+        preemption_counts=percentiles(rows["preemptions"]),
+        preemptions=preemption.summarize(rows, traced),
+        step_trace=step_trace.summarize(traced, rows, steps),
     )
+
+
+def _kv_traced(traced: pl.DataFrame | None) -> bool:
+    """Whether the engine's traced steps say how much of the KV cache was in use."""
+    return traced is not None and traced["kv_usage"].drop_nulls().len() > 0
 
 
 #: Points of the KV-cache occupancy timeline kept in the report.

@@ -4,7 +4,8 @@ Each worth is the tail latency a fix gives back, measured on the requests themse
 - ``queueing``: p99 TTFT − p99 (TTFT − queue), the p99 TTFT had no request waited in the queue; found when
   waiting is most of the tail's TTFT (mean queue >= half the mean TTFT of the requests at or above the TTFT
   p90). Its cause: queued behind long prefills when the queue's tail waited behind at least ``BEHIND`` x the
-  prompt tokens the other requests did (engine steps known), else more arrivals than the engine serves.
+  prompt tokens the other requests did (engine steps known), else more arrivals than the engine serves; with
+  the engine's traced steps (step tracing), the queue depth the tail waited behind is in the evidence.
 - ``tail_interference``: p99 TPOT − p99 TPOT with every prompt step in a decode run as fast as a median decode
   step (``tail``); found when the decodes that shared steps with prompt work have the higher p99 TPOT.
 A finding's step is the p99 its worth is part of (TTFT or TPOT); ``worth_gpu_ns`` is 0, since a shorter
@@ -46,7 +47,9 @@ def _queueing(section: Requests) -> Finding | None:
     return finding(
         "queueing", f"p99 TTFT {ms(p99)}, {ms(worth)} of it waiting in the queue", Where(), cause,
         {"ttft_p99_ns": p99, "ttft_p99_without_queue_ns": rest, "tail_queue_ns": parts[0],
-         "tail_ttft_ns": sum(parts), "prefill_tokens_ahead": ahead, "requests": section.count},
+         "tail_ttft_ns": sum(parts), "prefill_tokens_ahead": ahead, "requests": section.count,
+         "tail_queue_depth": ((section.step_trace.ttft_steps or {}).get("tail") or {}).get("waiting")
+         if section.step_trace else None},
         worth, 0, round(p99), action, "p99 TTFT − p99 (TTFT − queue) over the requests")
 
 

@@ -1,10 +1,12 @@
 """Map: one file's requests (OTLP / Jaeger request spans read into ``FileResult.requests``, or the request
 events an engine wrote into its own trace, ``requests_from_trace``), its engine steps (to attribute the tail,
-``tail``) and its KV-cache occupancy; times on the file's clock until the reduce moves them."""
+``tail``), the scheduler steps its engine traced (vLLM's step tracing, ``requests_table.STEP_SCHEMA``) and its
+KV-cache occupancy; times on the file's clock until the reduce moves them (a request's ``intervals`` are from
+its arrival, so they move with it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -14,7 +16,7 @@ from pipebubble.analysis.serving.steps_llm import attach_gpu, find_steps
 
 #: Time columns of each frame, which the file's clock offset moves.
 TIMES = {"requests": ("arrival", "scheduled", "first_token", "completion"),
-         "steps": ("start", "end", "gpu_start", "gpu_end"), "kv": ("t",)}
+         "steps": ("start", "end", "gpu_start", "gpu_end"), "kv": ("t",), "step_trace": ("start", "end")}
 
 
 @dataclass(frozen=True)
@@ -22,8 +24,9 @@ class RequestsPart:
     requests: pl.DataFrame  # requests_table.SCHEMA
     steps: pl.DataFrame  # the engine's steps (steps_llm.STEP_COLUMNS with their GPU work)
     kv: pl.DataFrame  # requests_from_trace.KV_SCHEMA
+    step_trace: pl.DataFrame = field(default_factory=requests_table.empty_steps)  # requests_table.STEP_SCHEMA
 
-    FRAMES = ("requests", "steps", "kv")
+    FRAMES = ("requests", "steps", "kv", "step_trace")
 
     def shifted(self, offset: int) -> RequestsPart:
         """The part with ``offset`` taken off every time it holds."""
@@ -38,17 +41,19 @@ def has_request_events(spans: pl.DataFrame) -> bool:
                                                pl.col("name").str.contains(EVENT)).height > 0
 
 
-def requests_part(requests: pl.DataFrame | None, spans: pl.DataFrame, step_regex: str | None = None
-                  ) -> RequestsPart | None:
-    """The file's part: its request spans, else its own request events; None when it has neither. A trace
-    with requests also gives its engine steps."""
+def requests_part(requests: pl.DataFrame | None, spans: pl.DataFrame, step_regex: str | None = None,
+                  step_trace: pl.DataFrame | None = None) -> RequestsPart | None:
+    """The file's part: its request spans, else its own request events, and its traced scheduler steps; None
+    when it has none of them. A trace with requests also gives its engine steps."""
     kv = pl.DataFrame(schema=KV_SCHEMA)
     if requests is None and has_request_events(spans):
         found = requests_from_trace(spans)
         requests, kv = found.requests, found.kv
-    if requests is None or requests.is_empty():
+    traced = requests_table.empty_steps() if step_trace is None else step_trace
+    if (requests is None or requests.is_empty()) and traced.is_empty():
         return None
     steps = find_steps(spans, step_regex)
     if steps.height:
         steps = attach_gpu(steps, spans)
-    return RequestsPart(requests_table.conform(requests), steps, kv)
+    table = requests_table.empty() if requests is None else requests
+    return RequestsPart(requests_table.conform(table), steps, kv, traced)

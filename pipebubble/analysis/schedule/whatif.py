@@ -42,6 +42,8 @@ SAME_BATCH_NOTE = (
 CHUNK_NOTE = "each stage's model split into v equal chunks; every extra hand-off between stages costs a measured hop"
 ZB_NOTE = "W not measured: backward assumed to split into equal input- and weight-gradient halves"
 REBALANCE_NOTE = "layers moved from slow to fast stages until every stage does the mean total work"
+REBALANCE_FLOPS_NOTE = ("layers (FLOPs) moved until every stage computes as long, each at its own FLOP/s: a slower "
+                        "GPU takes fewer")
 
 
 def what_if(
@@ -52,6 +54,7 @@ def what_if(
     measured_step_ns: int | None = None,
     current_note: str = "",
     compute_ns: int | None = None,
+    flops: list[int] | None = None,
 ) -> tuple[Recommendation, ...]:
     """Replay ``times`` under the current schedule, other schedules, other micro-batch counts (default
     2m, 4m and 64) and rebalanced stages; the current setup comes first among equals, all sorted by
@@ -77,7 +80,8 @@ def what_if(
         if m_new != m and m_new >= 1:
             scaled = rescale_microbatches(times, m_new)
             recs += _try(f"m={m_new}", schedule, chunks, scaled, base, SAME_BATCH_NOTE, compute_ns)
-    recs += _try("rebalanced stages", schedule, chunks, rebalance(times), base, REBALANCE_NOTE, compute_ns)
+    recs += _try("rebalanced stages", schedule, chunks, rebalance(times, flops), base,
+                 REBALANCE_FLOPS_NOTE if flops else REBALANCE_NOTE, compute_ns)
     return tuple(sorted(recs, key=lambda r: (r.step_time_ns, not r.label.startswith("current"))))
 
 
@@ -154,12 +158,20 @@ def rescale_microbatches(times: StageTimes, microbatches: int) -> StageTimes:
                    hop=hop, setup=setup, chunked=chunked)
 
 
-def rebalance(times: StageTimes) -> StageTimes:
+def rebalance(times: StageTimes, flops: list[int] | None = None) -> StageTimes:
     """Every stage's passes scaled to the mean total work: the slowest stage's load spread to the others
     (assumes work divides freely between stages, as moving layers approximately does); hand-offs, set-up
-    and tails stay as measured."""
+    and tails stay as measured.
+
+    With each stage's FLOPs (``flops``), FLOPs move, not time: a stage runs what it is given at its own
+    FLOP/s (r_s = F_s / T_s), so the stages even out at T = ΣF / Σr, each stage's passes scaled by T / T_s.
+    A slow GPU then takes fewer layers than an even split of the time would give it (T is the harmonic mean
+    of the stages' times at equal FLOPs, the arithmetic mean at equal rates)."""
     totals = [times.stage_total(s) for s in range(times.stages)]
-    target = Fraction(sum(totals), len(totals))
+    if flops is not None and len(flops) == len(totals) and all(flops) and all(totals):
+        target = Fraction(sum(flops)) / sum(Fraction(f, t) for f, t in zip(flops, totals, strict=True))
+    else:
+        target = Fraction(sum(totals), len(totals))
     scale = [target / t if t else Fraction(1) for t in totals]
     return _scaled(times, scale)
 

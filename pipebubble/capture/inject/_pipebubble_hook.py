@@ -108,7 +108,8 @@ class _Session:
         # device_count asks NVML, unlike is_available, so a program that forks CUDA workers still can.
         if self.torch.cuda.device_count() > 0:
             activities.append(profiler.ProfilerActivity.CUDA)
-        kwargs = {"activities": activities, "record_shapes": self.config["record_shapes"],
+        shapes = self.config["record_shapes"]
+        kwargs = {"activities": activities, "record_shapes": shapes, "with_flops": shapes,
                   "profile_memory": self.config["profile_memory"], "on_trace_ready": self._write}
         if self.config["mode"] == "steps":
             c = self.config

@@ -23,7 +23,8 @@ from pipebubble.ingest.cache.atomic import _tmp_name, _unlink, _write_atomic
 from pipebubble.ingest.cache.folder import _probe, _reason, directory, is_cache_warning, unusable, usable
 from pipebubble.ingest.cache.spill import _manifest, _valid_manifest, intact
 
-_FORMAT = 4  # 3: the allocator-event table beside the span table; 4: the request table
+_FORMAT = 6  # 3: the allocator-event table beside the span table; 4: the request table; 5: the span table's
+# argument columns (bytes, flops, dims, dtypes) and the traced serving steps; 6: the GPUs' names in the meta
 #: Bytes hashed at each end of a file: cheap, and catches an edit that keeps size and mtime.
 _EDGE_BYTES = 1 << 20
 
@@ -104,6 +105,7 @@ def get(path: Path, entry_key: str | None = None) -> FileResult | None:
             return None  # the spilled span table lost parts: read the trace again
         memory = _memory(base, info.get("memory_rows"))
         requests = _requests(base, info.get("requests_rows"))
+        request_steps = _request_steps(base, info.get("request_steps_rows"))
     except Exception:  # unreadable, truncated or foreign: read the trace again
         return None
     except BaseException as exc:  # polars' panics are BaseExceptions
@@ -120,6 +122,7 @@ def get(path: Path, entry_key: str | None = None) -> FileResult | None:
         info["format"],
         memory,
         requests,
+        request_steps,
     )
 
 
@@ -135,6 +138,13 @@ def _requests(base: Path, rows: Any):
     from pipebubble.requests_table import SCHEMA
 
     return _side_table(base, ".requests.parquet", rows, SCHEMA)
+
+
+def _request_steps(base: Path, rows: Any):
+    """The entry's traced scheduler steps (None when the file had none)."""
+    from pipebubble.requests_table import STEP_SCHEMA
+
+    return _side_table(base, ".steps.parquet", rows, STEP_SCHEMA)
 
 
 def _side_table(base: Path, suffix: str, rows: Any, schema: dict):
@@ -203,6 +213,7 @@ def put(path: Path, result: FileResult, entry_key: str | None = None) -> None:
         "rows": result.spans.height,
         "memory_rows": None if result.memory is None else result.memory.height,
         "requests_rows": None if result.requests is None else result.requests.height,
+        "request_steps_rows": None if result.request_steps is None else result.request_steps.height,
     }
     spill = result.meta.get("spill")
     if spill:
@@ -217,7 +228,8 @@ def put(path: Path, result: FileResult, entry_key: str | None = None) -> None:
         try:
             result.spans.write_parquet(tmp, compression="lz4")
             os.replace(tmp, base.with_suffix(".parquet"))
-            for side, suffix in ((result.memory, ".memory.parquet"), (result.requests, ".requests.parquet")):
+            for side, suffix in ((result.memory, ".memory.parquet"), (result.requests, ".requests.parquet"),
+                                 (result.request_steps, ".steps.parquet")):
                 if side is not None:
                     side.write_parquet(tmp, compression="lz4")
                     os.replace(tmp, base.with_suffix(suffix))

@@ -24,9 +24,9 @@ from pipebubble import allocations, spans
 from pipebubble.ingest.base import FileResult
 from pipebubble.ingest.json import pairs
 from pipebubble.ingest.json import trace as jsontrace
-from pipebubble.ingest.json.columns import ENGINE, MEMORY_PHASE
+from pipebubble.ingest.json.columns import ARG_FIELDS, ENGINE, MEMORY_PHASE
 from pipebubble.ingest.json.events import COLUMNS
-from pipebubble.ingest.json.spans import PAIRED_PHASES, block_spans, span_plans, to_spans, write_part
+from pipebubble.ingest.json.spans import FOREIGN, PAIRED_PHASES, block_spans, span_plans, to_spans, write_part
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _NOT_SPANS = {
@@ -158,8 +158,9 @@ def _result(
     if any(decoded.phases[ph] for ph in PAIRED_PHASES):  # most traces have none to pair
         paired, unmatched = pairs.paired_spans(events)
         skipped.update(unmatched)
-        table, reasons = to_spans(paired.lazy().with_columns(reason=pl.lit(None, pl.String)), pl.lit(str(path)),
-                                  pl.lit(rank), paired.height)
+        no_args = [pl.lit(None, dtype).alias(name) for name, dtype in ARG_FIELDS.items()]  # a pair's: none kept
+        table, reasons = to_spans(paired.lazy().with_columns(*no_args, reason=pl.lit(None, pl.String)),
+                                  pl.lit(str(path)), pl.lit(rank), paired.height)
         paired_spans, reasons = pl.collect_all([table, reasons], engine=ENGINE)
         skipped.update(Counter(dict(reasons.iter_rows())))
         parts.append(paired_spans)
@@ -178,7 +179,10 @@ def _result(
             {"spill": str(spill), "spans": _spilled_rows(spill)},
         )
     kept = _operator_ids(table.with_columns(pl.lit(0, pl.Int32).alias(_FILE)), 1)[0] if ids is ... else ids
-    warnings = [w for w in (gzip_warning, rank_warning) if w] + decoded.warnings + _repair_warnings(path, decoded)
+    fmt = "kineto" if header.get("kineto") else "chrome"
+    foreign = _foreign(path, skipped, fmt)
+    warnings = [w for w in (gzip_warning, rank_warning, foreign) if w] + decoded.warnings + _repair_warnings(
+        path, decoded)
     if decoded.unread_bytes:
         warnings.append(
             f"{path}: trace cut off; read up to its last whole event, {decoded.unread_bytes} bytes unreadable"
@@ -192,7 +196,6 @@ def _result(
         "operator_ids": kept,
         **spilled,
     }
-    fmt = "kineto" if header.get("kineto") else "chrome"
     return FileResult(str(path), table, decoded.phases.total(), skipped, warnings, meta, fmt, memory)
 
 
@@ -216,6 +219,17 @@ def _operator_ids(table: pl.DataFrame | pl.LazyFrame, files: int) -> list[list[i
             engine=ENGINE)
     found = {k: [int(n), int(hi - lo + 1)] for k, n, lo, hi in got.iter_rows()}
     return [found.get(k) for k in range(files)]
+
+
+def _foreign(path: Path, skipped: Counter[str], fmt: str) -> str | None:
+    """The one line saying which categories of a Kineto trace were not understood (an accelerator's events
+    pipebubble does not know), each with its count, read as CPU work; taken out of ``skipped`` (the events are
+    kept). A generic Chrome trace's categories are its writer's own: nothing to say."""
+    counts = {key.removeprefix(FOREIGN): skipped.pop(key) for key in [k for k in skipped if k.startswith(FOREIGN)]}
+    if not counts or fmt != "kineto":
+        return None
+    listed = ", ".join(f"{cat!r} ({n:,} event{'' if n == 1 else 's'})" for cat, n in sorted(counts.items()))
+    return f"{path}: event categories not understood, read as CPU work: {listed}"
 
 
 def _repair_warnings(path: Path, decoded: jsontrace.Decoded) -> list[str]:

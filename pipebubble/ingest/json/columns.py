@@ -1,6 +1,7 @@
 """Per-field lists of one block's events to polars columns (``events.COLUMNS``): times to exact
 nanoseconds, ids to int64, and the range checks, shared by the fast and the tolerant decode paths, with
-the names both use for what they keep (``KEPT_PHASES``, allocator events: ``MEMORY_EVENT``, ``MEMORY_FIELDS``).
+the names both use for what they keep (``KEPT_PHASES``, the argument columns ``ARG_FIELDS``, allocator
+events: ``MEMORY_EVENT``, ``MEMORY_FIELDS``).
 
 A ``ts`` or ``dur`` whose nanoseconds do not lie strictly within ``±spans.TIME_LIMIT_NS`` gets
 ``skip = "out_of_range"``, a pid/tid that does not fit int64 ``skip = "id_out_of_range"``; the event is
@@ -25,6 +26,14 @@ _LIMIT_US = TIME_LIMIT_NS / 1000
 #: holds, as both decode paths name it.
 MEMORY_FIELDS = {"mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved", "mem_type": "type",
                  "mem_device": "device"}
+#: The span table's argument columns both decode paths fill (``spans.SCHEMA``'s), null on events without them:
+#: ``bytes`` (a copy's or memset's ``bytes`` arg), ``flops`` (an operator's, ``with_flops=True``), ``dims`` and
+#: ``dtypes`` (an operator's ``Input Dims`` and ``Input type``, as the JSON text written).
+ARG_FIELDS: dict[str, Any] = {"bytes": pl.Int64, "flops": pl.Int64, "dims": pl.String, "dtypes": pl.String}
+
+#: What the decode paths give for ``dims`` and ``dtypes``: each value's JSON text as written (``msgspec.Raw``'s),
+#: ``""`` or null where absent, spaced as torch.profiler spaces it as the frame is built (``_torch_spacing``).
+_RAW_ARGS = ("dims", "dtypes")
 #: The phases both decode paths keep as rows (besides allocator events); every other phase is only counted.
 KEPT_PHASES = ("X", "B", "E", "b", "e", "M")
 #: The name torch.profiler gives its allocator events (instants, ``profile_memory=True``).
@@ -66,7 +75,9 @@ def _raw(columns: dict[str, list | pl.Series]) -> pl.DataFrame:
     tid, tid_bad = _ids(columns["tid"])
     raw = {"pid": pid, "tid": tid}
     for name, dtype in _COLUMN_TYPES.items():
-        if name in columns:
+        if name in _RAW_ARGS and name in columns:
+            raw[name] = _torch_spacing(columns[name], name)
+        elif name in columns:
             raw[name] = pl.Series(columns[name], dtype=dtype, strict=dtype == pl.String)  # numbers: non-strict
     bad = [b for b in (pid_bad, tid_bad) if b is not None]
     if bad:
@@ -114,6 +125,7 @@ def _converted(present: frozenset[str], constants: tuple[tuple[str, Any], ...]) 
             pl.when(out_of_range).then(pl.lit("out_of_range")),
         ).alias("skip"),
         *(column(name) for name in MEMORY_FIELDS),
+        *(column(name) for name in ARG_FIELDS),
         (ts_ok.fill_null(False) & (ts_us.abs() >= _EXACT_FLOAT_US)).alias("big"),
     ]
 
@@ -133,7 +145,31 @@ _COLUMN_TYPES: dict[str, Any] = {
     "chunk": pl.Int64,
     "skip": pl.String,
     **dict.fromkeys(MEMORY_FIELDS, pl.Int64),
+    **ARG_FIELDS,
 }
+#: Text torch.profiler never writes in a list argument (another layout's whitespace), per argument.
+_UNSPACED = {"dims": r"\s\s|[\n\r\t]|,\S|[^,]\s", "dtypes": r'[\n\r\t]|","|,\s\s|"\s+,|\[\s|\s\]'}
+
+
+def _torch_spacing(raw: list[str | None], name: str) -> pl.Series:
+    """A list argument's JSON texts (``raw``: as written; ``""`` or null where absent) as torch.profiler writes
+    them, whatever the file's layout (an indented or a compact rewrite reads the same): one space after each
+    comma between items, no other whitespace outside strings (``[[4096, 4096], []]``, ``["float", "long
+    int"]``); null where absent or JSON ``null``. Torch's own text is left as it is, after one search shows
+    there is nothing to respace. Dims hold numbers only; a type's name holds no quote, so ``", "`` bounds its
+    items."""
+    if raw.count(None) == len(raw):  # most blocks: no operator records its inputs
+        return pl.Series(name, raw, dtype=pl.String)
+    text = pl.Series(name, raw, dtype=pl.String)
+    text = text.to_frame().select(pl.when(~pl.col(name).is_in(["", "null"])).then(pl.col(name))).to_series()
+    if not text.str.contains(_UNSPACED[name]).any():
+        return text
+    if name == "dims":
+        spaced = pl.col(name).str.replace_all(r"\s+", "").str.replace_all(",", ", ", literal=True)
+    else:
+        spaced = pl.col(name).str.replace_all(r'"\s*,\s*"', '", "').str.replace_all(r"^\[\s+", "[").str.replace_all(
+            r"\s+\]$", "]")
+    return text.to_frame().select(pl.when(pl.col(name) != "null").then(spaced)).to_series()
 
 
 def _in_range(us: pl.Expr) -> pl.Expr:

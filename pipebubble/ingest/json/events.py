@@ -9,7 +9,9 @@ its deep values replaced by ``null`` (``mend``).
 
 Both paths build their frame with ``columns`` (``build_frame``, ``exact_ts``), where times and ids
 are range-checked: an out-of-range value is counted (``skip``), never cast with a wrap. ``columns`` also
-names what both keep: the phases (``KEPT_PHASES``) and the allocator events (``MEMORY_EVENT``, ``MEMORY_PHASE``).
+names what both keep: the phases (``KEPT_PHASES``), the span table's argument columns (``ARG_FIELDS``: Kineto's
+``bytes``, ``flops``, ``Input Dims`` and ``Input type``, the two lists kept as their JSON text through
+``msgspec.Raw``) and the allocator events (``MEMORY_EVENT``, ``MEMORY_PHASE``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import polars as pl
 
 from pipebubble.ingest.json import mend
 from pipebubble.ingest.json.columns import (
+    ARG_FIELDS,
     INSTANTS,
     MEMORY_EVENT,
     MEMORY_FIELDS,
@@ -55,6 +58,9 @@ COLUMNS = {
     "skip": pl.String,
     # an allocator event's (``[memory]`` instant, ph "i") arguments; null on every other event
     **dict.fromkeys(MEMORY_FIELDS, pl.Int64),
+    # the span table's argument columns (``ARG_FIELDS``): a copy's ``bytes``, an operator's ``flops``, its
+    # ``Input Dims`` and ``Input type`` as the JSON text written; null on every event without them
+    **ARG_FIELDS,
 }
 
 
@@ -69,6 +75,9 @@ class BlockEvents:
     repairs: Counter[str] = field(default_factory=Counter)
 
 
+_NO_RAW = msgspec.Raw(b"")
+
+
 class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
@@ -80,6 +89,11 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     micro_batch: int | None = None
     model_chunk: int | None = None
     chunk: int | None = None
+    # the span table's argument columns: kept as written (``msgspec.Raw``: the lists are never decoded)
+    bytes: int | None = None
+    flops: int | None = None
+    dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    dtypes: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
 _NO_ARGS = _Args()
@@ -239,6 +253,9 @@ def _decode_fast(block: bytes, lazy: bool = False) -> tuple[pl.DataFrame | pl.La
     else:
         columns["dur"], constants["ph"] = dur, "X"  # no id nor arg_name: null
     del xs, rest
+    for name in ARG_FIELDS:  # most blocks have none of a column: a constant null, no list made a column
+        if columns[name].count(None) == len(columns[name]):
+            del columns[name]
     frame = build_plan(columns, constants) if lazy else build_frame(columns, constants)
     if isinstance(frame, pl.LazyFrame):
         return frame, phases
@@ -281,7 +298,30 @@ def _fields(events: list[Any], with_args: bool = True) -> dict[str, list]:
         "correlation": [a.correlation for a in args] if with_args else none,
         "mb": [_first(a.microbatch, a.mb_id, a.micro_batch) for a in args] if with_args else none,
         "chunk": [a.chunk if a.model_chunk is None else a.model_chunk for a in args] if with_args else none,
+        **(_arg_fields(args) if with_args else dict.fromkeys(ARG_FIELDS, none)),
     }
+
+
+def _arg_fields(args: list[_Args]) -> dict[str, list]:
+    """The span table's argument columns (``ARG_FIELDS``). Most events have none of them: a list of the
+    shared default (the raw values) is counted, not walked in Python, before any text is made of it."""
+    return {
+        "bytes": [a.bytes for a in args],
+        "flops": [a.flops for a in args],
+        "dims": _raw_texts([a.dims for a in args]),
+        "dtypes": _raw_texts([a.dtypes for a in args]),
+    }
+
+
+def _raw_texts(values: list[msgspec.Raw]) -> list[str | None]:
+    """Each raw value's JSON text as written, ``""`` where absent (``build_frame`` spaces them as torch does and
+    nulls the absent). A list of nulls, never walked, when every one is the shared default (``count`` compares
+    by identity first, at C speed); else joined and split at C speed, not made text one by one: a unit separator
+    never stands unescaped in JSON text."""
+    if values.count(_NO_RAW) == len(values):
+        return [None] * len(values)
+    texts = b"\x1f".join(values).decode().split("\x1f")  # Raw values are buffers
+    return texts if len(texts) == len(values) else [bytes(v).decode() for v in values]
 
 
 def _first(*values: int | None) -> int | None:

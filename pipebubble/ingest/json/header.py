@@ -35,7 +35,8 @@ def header_dict(path: Path, head: Any) -> tuple[dict[str, Any], list[str]]:
         "world_size": _checked_int(path, info.get("world_size"), "distributedInfo.world_size", INT32),
         "backend": _storable(path, info.get("backend"), "distributedInfo.backend", warnings),
         "pg_config": _storable(path, info.get("pg_config"), "distributedInfo.pg_config", warnings),
-        "gpu_memory_bytes": _gpu_memory(_value(path, head.deviceProperties, "deviceProperties", warnings)),
+        "gpu_memory_bytes": _gpu_memory(devices := _value(path, head.deviceProperties, "deviceProperties", warnings)),
+        "gpu_names": _gpu_names(devices),
         "kineto": any(_present(r) for r in (head.schemaVersion, head.deviceProperties, head.distributedInfo)),
     }
     return fields, warnings
@@ -53,6 +54,15 @@ def _gpu_memory(devices: Any) -> dict[int, int]:
             if type(gid) is int and 0 <= gid < INT32 and type(size) is int and 0 < size < INT64:
                 out[gid] = size
     return out
+
+
+def _gpu_names(devices: Any) -> dict[int, str]:
+    """Each GPU's name from ``deviceProperties[]`` (``id``, ``name``: ``NVIDIA H100 80GB HBM3``), what its
+    peaks are found by; entries without a whole id and a name are left out."""
+    if not isinstance(devices, list):
+        return {}
+    return {d["id"]: d["name"][:200] for d in devices if isinstance(d, dict) and type(d.get("id")) is int
+            and 0 <= d["id"] < INT32 and isinstance(d.get("name"), str) and d["name"].strip()}
 
 
 def _whole(path: Path, base: Any, warnings: list[str]) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from pipebubble import allocations, spans
-from pipebubble.ingest.json.columns import ENGINE, MEMORY_PHASE
+from pipebubble.ingest.json.columns import ARG_FIELDS, ENGINE, MEMORY_PHASE
 from pipebubble.ingest.json.events import COLUMNS
 
 # Category -> kind. Old Kineto names (Kernel, Memcpy, Runtime) included; matching is case-insensitive.
@@ -33,7 +33,26 @@ CATEGORY_KINDS = {
     "user_annotation": "annotation",
     "gpu_user_annotation": "gpu_annotation",
     "python_function": "annotation",  # Python stack frames label time; they are not work of their own
+    # other accelerators' (libkineto's ActivityType names): an MTIA device's command-processor events are its
+    # kernels, on the device (pid = device, tid = its queue); the host's runtime and driver calls
+    "mtia_ccp_events": "kernel",
+    "mtia_runtime": "runtime",
+    "xpu_runtime": "runtime",
+    "xpu_driver": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
 }
+#: Categories whose events sit on a device (pid = device, tid = stream): a device lane each.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync",
+                     "mtia_ccp_events")
+#: Categories besides ``CATEGORY_KINDS``' that a Kineto trace's host writes and that are read as they are (CPU
+#: work, or not kept): nothing to say of them. Any other category of a Kineto trace (an accelerator's events
+#: not understood: ``hpu_op``, ``mtia_insight``, ``cuda_event`` ...) is read as CPU work, and said
+#: (``chrome._result``'s warning, each category with its count).
+HOST_CATEGORIES = ("trace", "overhead", "cpu_instant_event", "external_correlation", "cuda_profiler_range")
+#: The prefix under which ``to_spans`` counts the events of a category not understood, among the counts of
+#: events not kept (``chrome._result`` takes them out: they are kept, as CPU work).
+FOREIGN = "category not understood: "
 #: Kinds whose events sit on a GPU (pid = device, tid = stream).
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync_gpu")
 HOST_SYNC = r"(?i)synchronize"
@@ -138,7 +157,8 @@ def _allocator_events(
     kept = rows.filter(pl.col("reason").is_null()).with_columns(
         device=pl.when(gpu).then(pl.col("mem_device")), rank=rank, source=source)
     kept = kept.with_columns(lane=allocations.lane(pl.format("rank{}", rank)))
-    kept = kept.rename({"ts_ns": "ts", "mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved"})
+    kept = kept.drop(*ARG_FIELDS).rename(  # a span's argument columns: not the allocator's (``bytes`` is its own)
+        {"ts_ns": "ts", "mem_bytes": "bytes", "mem_allocated": "allocated", "mem_reserved": "reserved"})
     return spans.conform(kept, {**allocations.SCHEMA, **{c: pl.Int32 for c in by}}), reasons
 
 
@@ -157,7 +177,7 @@ def _complete_spans(events: pl.LazyFrame, only_complete: bool = False, by: tuple
     span, are not kept for (null for the others); ``only_complete``: every event is an ``X`` event."""
     rows = events if only_complete else events.filter(pl.col("ph") == "X")
     return rows.select(
-        "cat", "name", "pid", "tid", "external_id", "correlation", *by, start=pl.col("ts_ns"), end=_END,
+        "cat", "name", "pid", "tid", "external_id", "correlation", *ARG_FIELDS, *by, start=pl.col("ts_ns"), end=_END,
         reason=_REASON,
     )
 
@@ -182,7 +202,8 @@ def to_spans(
     )
 
     def looked(frame: pl.LazyFrame) -> pl.LazyFrame:
-        return frame.with_columns(on_device=_ON_DEVICE).with_columns(kind=_KIND, lane=lane, off=_OFF_DEVICE)
+        return frame.with_columns(on_device=_ON_DEVICE, foreign=_FOREIGN).with_columns(
+            kind=_KIND, lane=lane, off=_OFF_DEVICE)
 
     if rows is not None and rows < _PER_ROW:
         frame = looked(raw)
@@ -190,7 +211,8 @@ def to_spans(
         frame = raw.join(looked(raw.select(keys).unique(keys)), on=keys, how="left", nulls_equal=True,
                          maintain_order="left")
     frame = frame.with_columns(reason=pl.coalesce("reason", pl.when("off").then(pl.lit("device_out_of_range"))))
-    reasons = frame.filter(pl.col("reason").is_not_null()).group_by(*by, "reason").len()
+    counted = pl.coalesce("reason", pl.format(f"{FOREIGN}{{}}", "foreign"))  # kept, but said (``FOREIGN``)
+    reasons = frame.filter(counted.is_not_null()).group_by(*by, counted.alias("reason")).len()
     table = frame.filter(pl.col("reason").is_null()).with_columns(*_ON_GPU, source=source, rank=rank)
     return table.select(*_SPAN_SCHEMA, *by), reasons
 
@@ -216,12 +238,13 @@ def _kind() -> pl.Expr:
 
 
 def _on_device() -> pl.Expr:
-    on = (
-        pl.col("cat")
-        .str.to_lowercase()
-        .is_in(["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"])
-    )
-    return on.fill_null(False)
+    return pl.col("cat").str.to_lowercase().is_in(DEVICE_CATEGORIES).fill_null(False)
+
+
+def _foreign() -> pl.Expr:
+    """An event's category where it is none of those understood (``CATEGORY_KINDS``, ``HOST_CATEGORIES``)."""
+    known = pl.col("cat").str.to_lowercase().is_in([*CATEGORY_KINDS, *HOST_CATEGORIES])
+    return pl.when(known.not_()).then(pl.col("cat"))
 
 
 def _reason() -> pl.Expr:
@@ -256,7 +279,7 @@ def _span_schema() -> list[pl.Expr]:
 
 
 # Built once: a small file's plan costs more to build than to run.
-_ROW_COLUMNS = ("cat", "name", "pid", "tid", "external_id", "correlation", "start", "end", "reason")
+_ROW_COLUMNS = ("cat", "name", "pid", "tid", "external_id", "correlation", *ARG_FIELDS, "start", "end", "reason")
 _END = pl.col("ts_ns") + pl.col("dur_ns")
-_KIND, _ON_DEVICE, _REASON, _OFF_DEVICE = _kind(), _on_device(), _reason(), _off_device()
+_KIND, _ON_DEVICE, _REASON, _OFF_DEVICE, _FOREIGN = _kind(), _on_device(), _reason(), _off_device(), _foreign()
 _ON_GPU, _SPAN_SCHEMA = _on_gpu(), _span_schema()

@@ -16,6 +16,7 @@ import msgspec
 import polars as pl
 
 from pipebubble.ingest.json.columns import (
+    ARG_FIELDS,
     INSTANTS,
     KEPT_PHASES,
     MEMORY_EVENT,
@@ -53,6 +54,10 @@ class _LooseArgs(msgspec.Struct, gc=False):
     micro_batch: msgspec.Raw = _NO_VALUE
     model_chunk: msgspec.Raw = _NO_VALUE
     chunk: msgspec.Raw = _NO_VALUE
+    bytes: msgspec.Raw = _NO_VALUE
+    flops: msgspec.Raw = _NO_VALUE
+    dims: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Input Dims")
+    dtypes: msgspec.Raw = msgspec.field(default=_NO_VALUE, name="Input type")
 
 
 class _LooseMemoryArgs(msgspec.Struct, gc=False):
@@ -76,6 +81,7 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
     phases: Counter[str] = Counter()
     fields: dict[str, list] = {k: [] for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id")}
     fields |= {"external_id": [], "correlation": [], "arg_name": [], "mb": [], "chunk": []}
+    fields |= {name: [] for name in ARG_FIELDS}
     memory: list[tuple[int, _LooseMemoryArgs]] = []  # allocator events: (row, arguments)
     texts: list[bytes] = []
     for raw in _ELEMENTS.decode(block):
@@ -112,6 +118,8 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
         chunk = _int(args.model_chunk)
         fields["mb"].append(mb if passes else None)
         fields["chunk"].append((_int(args.chunk) if chunk is None else chunk) if passes else None)
+        for name, value in _arg_values(args, ph != "i").items():
+            fields[name].append(value)
         if ph == "X":  # a pair is named when it is paired, its args merged
             fields["name"][-1] = args_label(fields["name"][-1], fields["mb"][-1], fields["chunk"][-1])
     fields |= _memory_columns(memory, len(texts))
@@ -120,6 +128,16 @@ def decode_tolerant(block: bytes) -> tuple[pl.DataFrame, Counter[str]]:
         frame = exact_ts(frame, texts)
     frame.drop_in_place("big")
     return frame, +phases
+
+
+def _arg_values(args: _LooseArgs, kept: bool) -> dict[str, Any]:
+    """The span table's argument columns (``ARG_FIELDS``) as the fast path gives them: ints that fit int64,
+    the two lists' JSON text as written; all null when not
+    ``kept`` (allocator events)."""
+    if not kept:
+        return dict.fromkeys(ARG_FIELDS)
+    return {"bytes": _int(args.bytes), "flops": _int(args.flops), "dims": bytes(args.dims).decode(),
+            "dtypes": bytes(args.dtypes).decode()}  # as written: ``build_frame`` spaces them as torch does
 
 
 def _memory_args(raw: msgspec.Raw) -> _LooseMemoryArgs:

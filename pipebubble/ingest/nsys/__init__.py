@@ -197,7 +197,7 @@ def _read_tables(tables: Tables, source: str) -> FileResult:
     runtime = ns.runtime_calls(loaded[ns.RUNTIME], strings, skipped)
     parts = [
         ns.kernels(loaded[ns.KERNEL], strings, skipped),
-        ns.memcpys(loaded[ns.MEMCPY], skipped),
+        ns.memcpys(loaded[ns.MEMCPY], skipped, tables.load(ns.MEM_KINDS, {"id": I64, "label": pl.String})),
         ns.memsets(loaded[ns.MEMSET], skipped),
         ns.graph_launches(loaded[ns.GRAPH], skipped),
         runtime,

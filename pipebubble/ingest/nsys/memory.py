@@ -140,12 +140,15 @@ def gpu_capacity(tables: Tables, warnings: list[str]) -> dict[str, Any]:
     GPU's ``id``; without it the GPU's ``id`` is that number). Empty when the export states none; a device
     number that names GPUs of different sizes (processes numbering them differently) is left out, with a
     warning."""
-    gpus = tables.load("TARGET_INFO_GPU", {"id": I64, "totalMemory": I64})
+    gpus = tables.load("TARGET_INFO_GPU", {"id": I64, "totalMemory": I64, "name": pl.String})
     if gpus.is_empty():
         return {}
     mapping = tables.load("TARGET_INFO_CUDA_DEVICE", {"gpuId": I64, "cudaId": I64})
     if not mapping.is_empty():
-        gpus = mapping.join(gpus, left_on="gpuId", right_on="id").select(id="cudaId", totalMemory="totalMemory")
+        gpus = mapping.join(gpus, left_on="gpuId", right_on="id").select(
+            id="cudaId", totalMemory="totalMemory", name="name")
+    names = {d: n[0] for d, n in gpus.filter(pl.col("id").is_between(0, INT32_MAX) & pl.col("name").is_not_null())
+             .group_by("id").agg(pl.col("name").unique()).iter_rows() if len(n) == 1}
     sizes = (
         gpus.filter(pl.col("id").is_between(0, INT32_MAX) & (pl.col("totalMemory") > 0))  # 0: unknown
         .group_by("id")
@@ -155,4 +158,4 @@ def gpu_capacity(tables: Tables, warnings: list[str]) -> dict[str, Any]:
     capacity = {d: s[0] for d, s in sizes.iter_rows() if len(s) == 1}
     if mixed := [d for d, s in sizes.iter_rows() if len(s) > 1]:
         warnings.append(f"CUDA devices {mixed} name GPUs of different memory sizes: their capacity left unknown")
-    return {"gpu_memory_bytes": capacity} if capacity else {}
+    return ({"gpu_memory_bytes": capacity} if capacity else {}) | ({"gpu_names": names} if names else {})

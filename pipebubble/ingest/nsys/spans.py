@@ -31,6 +31,10 @@ MEMCPY_KINDS = {
     0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA",
     6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP",
 }  # fmt: skip
+#: A copy's source and destination memory (``srcKind``, ``dstKind``) are numbered by the export's own
+#: ENUM_CUDA_MEM_KIND table (Nsight's numbering, not CUPTI's: ``0`` is Pageable, ``1`` Pinned, ``2`` Device in
+#: 2026 exports); an export without it says no host memory, which is then never guessed.
+MEM_KINDS = "ENUM_CUDA_MEM_KIND"
 SYNC_KINDS = {0: "Unknown sync", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 
 # ENUM_NSYS_EVENT_TYPE ids: ranges exported as one row with start and end.
@@ -41,8 +45,8 @@ NVTX_DOMAIN_CREATE = 75
 DEVICE_COLS = {c: I64 for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")}
 COLUMNS = {
     KERNEL: DEVICE_COLS | {"demangledName": I64, "shortName": I64},
-    MEMCPY: DEVICE_COLS | {"copyKind": I64},
-    MEMSET: DEVICE_COLS,
+    MEMCPY: DEVICE_COLS | {"copyKind": I64, "bytes": I64, "srcKind": I64, "dstKind": I64},
+    MEMSET: DEVICE_COLS | {"bytes": I64},
     GRAPH: DEVICE_COLS | {"graphId": I64, "graphExecId": I64},
     RUNTIME: {"start": I64, "end": I64, "globalTid": I64, "correlationId": I64, "nameId": I64},
     SYNC: DEVICE_COLS | {"syncType": I64},
@@ -105,7 +109,8 @@ def valid_rows(frame: pl.DataFrame, bad_reason: str, skipped: Counter[str], *req
 
 
 def device_spans(frame: pl.DataFrame, kind: pl.Expr, name: pl.Expr, skipped: Counter[str]) -> pl.DataFrame:
-    """GPU activity rows (kernel, memcpy, memset, graph launch) on lane ``pid{pid}/gpu{device}``."""
+    """GPU activity rows (kernel, memcpy, memset, graph launch) on lane ``pid{pid}/gpu{device}``; a copy's or
+    memset's ``bytes`` where its table has them."""
     if frame.is_empty():  # a table the export lacks or that holds no rows
         return empty()
     frame = valid_rows(frame, "gpu_bad_row", skipped, "globalPid")
@@ -118,6 +123,7 @@ def device_spans(frame: pl.DataFrame, kind: pl.Expr, name: pl.Expr, skipped: Cou
         "start",
         "end",
         pl.col("correlationId").alias("correlation"),
+        *(["bytes"] if "bytes" in frame.columns else []),
     )
     return conform(out.with_columns(lane=pl.format("pid{}/gpu{}", "pid", pl.col("device").fill_null(0))))
 
@@ -131,9 +137,18 @@ def kernels(frame: pl.DataFrame, strings: pl.DataFrame, skipped: Counter[str]) -
     return device_spans(frame, kind, pl.col("name"), skipped)
 
 
-def memcpys(frame: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:
+def memcpys(frame: pl.DataFrame, skipped: Counter[str], memory_kinds: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Copies named as Kineto names them: ``Memcpy HtoD (Pageable -> Device)`` where ``memory_kinds`` (the
+    export's ``MEM_KINDS`` table: id, label) names both ends, else ``Memcpy HtoD``."""
     kind_name = pl.col("copyKind").replace_strict(MEMCPY_KINDS, default="Unknown", return_dtype=pl.String)
-    return device_spans(frame, pl.lit("memcpy"), pl.concat_str(pl.lit("Memcpy "), kind_name), skipped)
+    name = pl.concat_str(pl.lit("Memcpy "), kind_name)
+    if memory_kinds is not None and memory_kinds.height:
+        known = memory_kinds.drop_nulls().filter(pl.col("label") != "Unknown")
+        src, dst = (pl.col(c).replace_strict(known["id"], known["label"], default=None, return_dtype=pl.String)
+                    for c in ("srcKind", "dstKind"))
+        name = pl.when(src.is_not_null() & dst.is_not_null()).then(pl.format("{} ({} -> {})", name, src, dst)
+                                                                   ).otherwise(name)
+    return device_spans(frame, pl.lit("memcpy"), name, skipped)
 
 
 def memsets(frame: pl.DataFrame, skipped: Counter[str]) -> pl.DataFrame:

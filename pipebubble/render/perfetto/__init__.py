@@ -4,14 +4,16 @@ waits and a utilization counter); the trace as data and its two encodings, Track
 (``trace``); and each span's own arguments and flow arrows, read again from the source files by the export alone
 and joined onto the span table before ``build`` (``flows``). No other renderer imports this room.
 
-One top-level track per rank (per process of an Nsight report, named ``pid N``), holding, in this order: the
-rank's passes, its bubbles and waits, one track per GPU stream and one per CPU thread, each named shortly
-(``GPU 0 stream 7``, ``thread 123``; the lane id is the track's description).
+One process per rank (per process of an Nsight report, named ``pid N``): a process track (its pid: ``ids``)
+holding, in this order: the rank's passes, its bubbles and waits, one track per GPU stream and one thread track
+per CPU thread (its tid: ``ids``), each named shortly (``GPU 0 stream 7``, ``thread 123``; the lane id is the
+track's description). So Perfetto's process table has a row per rank and its thread table one per thread.
 
 A Perfetto track shows a slice stack, so slices on one track must nest: spans are placed in (start, longer
 first) order, each under the innermost open slice that encloses it; one that overlaps without nesting (an async
-op past its caller, two kernels of one stream that the profiler saw overlap) goes on a sibling track with the
-same name and merge key, which the UI draws as one track. An end past its parent's by at most
+op past its caller, two kernels of one stream that the profiler saw overlap) goes on a track under its lane's
+own (``overlapping · thread 123``, ``overlapping 2 · thread 123``; those of one lane share a merge key, which
+the UI draws as one track), never on a second thread track. An end past its parent's by at most
 ``NEST_SLACK_NS`` (two roundings of µs to ns) is clipped to it.
 
 A span's slice carries its category, the source event's ``args`` (shapes, types, ids, as the profiler wrote
@@ -28,6 +30,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from pipebubble.render.perfetto.ids import Ids
 from pipebubble.render.perfetto.trace import CounterPoint, ExportTrace, Flow, Slice, Track, to_chrome_json, to_proto
 from pipebubble.render.sections.timeline import PHASES
 from pipebubble.report import Report, Wait
@@ -78,6 +81,8 @@ class _Layout:
                 self.stages.setdefault(key, set()).add(stage)
         self.levels: dict[tuple, list[list[tuple[int, int]]]] = {}
         self.order: dict[tuple, int] = {}
+        self.ids = Ids([*lanes["pid"], *lanes.filter(pl.col("device").is_null())["tid"]])
+        self.pid_of: dict[tuple, int] = {}
         for row in lanes.iter_rows(named=True):  # every group and lane track exists before any slice
             self.lane_track(row, 0)
 
@@ -99,18 +104,29 @@ class _Layout:
             stages = sorted(self.stages.get(key, ()))
             if len(stages) == 1 and key[0] != "stage":
                 name += f" · stage {stages[0]}"
-            self.out.track(key, name, explicit=True)
+            self.pid_of[key] = self.ids.process(self.pids.get(key, set()))
+            self.out.track(key, name, explicit=True, pid=self.pid_of[key])
         return self.out.track(key, "")
 
     def child(self, gkey: tuple, what: tuple, name: str, level: int, description: str | None = None,
-              counter: bool = False) -> int:
-        """A track under group ``gkey``; level > 0 is a spill of level 0 (same name, same merge key)."""
-        parent = self.group(gkey)
+              counter: bool = False, tid: int | None = None) -> int:
+        """A track under group ``gkey`` (a thread's, given the recorded ``tid``); level > 0 is a spill of level
+        0, under it (``overlapping · thread 9``, ``overlapping 2 · thread 9``), sharing one merge key with the
+        other spills."""
         key = (gkey, what)
         if key not in self.order:
             self.order[key] = _ORDER.get(what[0], 10 + len(self.order))
-        merge = None if counter else "/".join(str(w) for w in what if w is not None)  # unique among siblings
-        return self.out.track((key, level), name, parent, counter=counter, description=description,
+        if level == 0:
+            if self.out.has((key, 0)):
+                return self.out.track((key, 0), name)
+            parent, pid = self.group(gkey), self.pid_of[gkey]
+            ids = {"pid": pid, "tid": self.ids.thread(pid, tid)} if tid is not None else {}
+            return self.out.track((key, 0), name, parent, counter=counter, description=description,
+                                  order=self.order[key], **ids)
+        parent = self.child(gkey, what, name, 0, description, counter, tid)
+        merge = "/".join(str(w) for w in what if w is not None)
+        spill = "overlapping" + (f" {level}" if level > 1 else "")
+        return self.out.track((key, level), f"{spill} · {name}", parent, description=description,
                               order=self.order[key], merge_key=merge)
 
     def lane_track(self, row: dict, level: int) -> int:
@@ -122,7 +138,8 @@ class _Layout:
             name = f"thread {row['tid']}"
             if len(self.pids.get(gkey, ())) > 1:
                 name = f"pid {row['pid']} {name}"
-            lane = row["lane"]
+            return self.child(gkey, ("lane", row["lane"], row["stream"]), name, level, description=row["lane"],
+                              tid=row["tid"])
         else:
             name = lane = row["lane"]
         return self.child(gkey, ("lane", row["lane"], row["stream"]), name, level, description=lane)

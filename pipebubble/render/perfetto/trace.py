@@ -4,7 +4,11 @@ The foreign format is described by small dataclasses (as pyinstrument's speedsco
 
 - ``Track``: a TracePacket.track_descriptor (uuid, name, parent_uuid, description; ``counter`` for a
   CounterDescriptor; ``order`` for sibling_order_rank under a parent whose child_ordering is EXPLICIT; tracks of
-  one ``merge_key`` show as one track, SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY).
+  one ``merge_key`` show as one track, SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY). With a ``pid`` and no
+  ``tid`` it is a process's track (a ProcessDescriptor: pid, process_name), with both a thread's (a
+  ThreadDescriptor: pid, tid, thread_name, under its process's track): Perfetto's process and thread tables
+  come from these, one row per descriptor, so there is one of each per process and per thread. Every other
+  track is a child of one of them (parent_uuid), or global.
 - ``Slice``: a TrackEvent TYPE_SLICE_BEGIN / TYPE_SLICE_END pair on one track, with its category and
   debug_annotations (nested values as dict_entries / array_values).
 - ``Flow``: an arrow through slices in order: TrackEvent.flow_ids on each, terminating_flow_ids on the last.
@@ -19,6 +23,7 @@ interned (TracePacket.interned_data), as Perfetto's SDK writes them.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +43,8 @@ class Track:
     order: int | None = None
     merge_key: str | None = None
     explicit: bool = False  # child_ordering EXPLICIT: its children sit by ``order``
+    pid: int | None = None  # a process's track, or with ``tid`` a thread's
+    tid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,10 @@ def to_proto(trace: ExportTrace) -> bytes:
 
 def _describe(desc, track: Track, TrackDescriptor) -> None:
     desc.uuid, desc.name = track.uuid, track.name
+    if track.pid is not None and track.tid is not None:
+        desc.thread.pid, desc.thread.tid, desc.thread.thread_name = track.pid, track.tid, track.name
+    elif track.pid is not None:
+        desc.process.pid, desc.process.process_name = track.pid, track.name
     if track.parent is not None:
         desc.parent_uuid = track.parent
     if track.description:
@@ -226,9 +237,10 @@ def _stack_walk(items: list[tuple[int, Slice]]) -> Iterator[tuple[int, str, tupl
 
 
 def to_chrome_json(trace: ExportTrace) -> str:
-    """The same tracks as Chrome JSON: top-level tracks are processes, their children threads (sorted by
-    ``thread_sort_index``), flows as ``s``/``t``/``f`` events bound to their slices' starts. Times are µs from
-    the earliest event (a double cannot hold epoch nanoseconds exactly); ``otherData.origin_ns`` says where."""
+    """The same tracks as Chrome JSON: top-level tracks are processes, the tracks below them threads (sorted
+    by ``thread_sort_index``; one ``process_name`` per pid, one ``thread_name`` per pid and tid), flows as
+    ``s``/``t``/``f`` events bound to their slices' starts. Times are µs from the earliest event (a double
+    cannot hold epoch nanoseconds exactly); ``otherData.origin_ns`` says where."""
     times = [s.start_ns for s in trace.slices] + [c.ts_ns for c in trace.counters]
     origin = min(times, default=0)
     where = _pids_tids(trace)
@@ -255,26 +267,30 @@ def to_chrome_json(trace: ExportTrace) -> str:
 
 
 def _pids_tids(trace: ExportTrace) -> dict[int, tuple[int, int]]:
-    """Each track's (pid, tid): a top-level track is a process (tid 0), every track below it one of its
-    threads (nested tracks are flattened onto their top-level ancestor)."""
-    parents = {t.uuid: t.parent for t in trace.tracks}
-    pids = {t.uuid: i + 1 for i, t in enumerate(x for x in trace.tracks if x.parent is None)}
-
-    def top(uuid: int) -> int:
-        while parents[uuid] is not None:
-            uuid = parents[uuid]
-        return uuid
-
-    return {t.uuid: (pids[top(t.uuid)], 0 if t.parent is None else t.uuid) for t in trace.tracks}
+    """Each track's (pid, tid) in Chrome JSON, where a thread is the only track a process holds: a process's
+    track is its pid (tid 0), a thread's track its pid and tid; every other track (a GPU stream, passes, the
+    overlaps of a thread) is a thread of its own in the process above it, and a global one a process of its
+    own, with an id above every pid and tid the tracks name."""
+    named = [v for t in trace.tracks for v in (t.pid, t.tid) if v is not None]
+    own = itertools.count(max(named, default=0) + 1)
+    where: dict[int, tuple[int, int]] = {}
+    for t in trace.tracks:  # a parent is made before its children
+        if t.parent is None:
+            where[t.uuid] = (t.pid if t.pid is not None else next(own), 0)
+        else:
+            where[t.uuid] = (where[t.parent][0], t.tid if t.tid is not None else next(own))
+    return where
 
 
 def _metadata(trace: ExportTrace, where: dict[int, tuple[int, int]]) -> list[dict]:
     events: list[dict] = []
+    tops = 0
     for t in trace.tracks:
         pid, tid = where[t.uuid]
         if t.parent is None:
+            tops += 1
             events += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": t.name}},
-                       {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+                       {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": tops}}]
         elif not t.counter:
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": t.name}})
             if t.order is not None:

@@ -2,8 +2,9 @@
 (``terminal``, ``markdown``, ``html``) in its own way. Here: the one section list they all walk (``SECTIONS``,
 ``walk``, ``table``), the headline's cards, what was read and the lanes; beside it a module for each group of
 sections (``pipeline``: header, stages, waits, what-if, critical path; ``serving``: interference facts, steps
-and episodes; ``findings``, ``gputime``, ``collectives``, ``requests``, ``memory``) and the two timelines, as
-characters and as SVG (``timeline``: a row per stage or lane; ``gpu_timeline``: a row per GPU).
+and episodes; ``findings``, ``gputime``, ``memcpy``, ``collectives``, ``requests``, ``memory``; ``launches``: GPU
+annotations, launch queues, launch delays) and the two timelines, as characters and as SVG (``timeline``: a row
+per stage or lane; ``gpu_timeline``: a row per GPU).
 
 Only formatting happens here: every number is read from the Report as it is.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from pipebubble.render.cells import Table, num, pct, share, time  # renderers: Table
 from pipebubble.render.choices import TOP
-from pipebubble.render.sections import collectives, gputime, pipeline, requests, serving
+from pipebubble.render.sections import collectives, flops, gputime, launches, memcpy, pipeline, requests, serving
 from pipebubble.report import Report
 from pipebubble.report.words import reason_words
 
@@ -31,7 +32,9 @@ SECTIONS = ("findings", "facts", "timeline", "gpu_timeline", "critical_path", "s
             "workers", "waits",
             "recommendations", "memory", "requests", "request_latency", "collectives", "collective_ranks",
             "collective_calls", "interference", "steps", "episodes", "gpu_time", "gpu_bars", "gpu_idle",
-            "gpu_steps", "kernels", "host", "host_api", "host_ranges", "lanes", "legend")
+            "gpu_steps", "flops_gpus", "flops_ops", "flops_unmodelled", "memcpy", "kernels", "host", "host_api",
+            "host_ranges",
+            "gpu_annotations", "launch_queue", "launch_delays", "lanes", "legend")
 DRAWN = frozenset({"findings", "facts", "timeline", "gpu_timeline", "stage_bars", "memory", "requests",
                    "collectives", "interference", "gpu_bars", "host", "legend"})
 
@@ -64,6 +67,8 @@ def headline(report: Report, unit: str = "ms") -> list[tuple[str, str, bool]]:
         cards += [(f"{time(c.waited_ns, unit)} {unit}", "collective wait, all ranks", False)]
         cards += [(collectives.who(c.straggler, c.straggler_pid), "straggler", False)] \
             if c.straggler is not None or c.straggler_pid is not None else []
+    if report.flops is not None and report.flops.mfu is not None:
+        cards += [(pct(report.flops.mfu), "MFU (matrix work at peak)", False)]
     rows = gputime.whole(report)
     idlest = max(rows, key=lambda b: b.idle_ns / b.window_ns if b.window_ns else 0.0, default=None)
     cards += [(share(idlest.idle_ns, idlest.window_ns), f"idle, most idle GPU ({idlest.lane})", False)] \
@@ -73,7 +78,8 @@ def headline(report: Report, unit: str = "ms") -> list[tuple[str, str, bool]]:
 
 def job_notes(report: Report) -> list[str]:
     """What the job is (a pipeline or not, and why; one rank of many; a straggler), as the analysis wrote it."""
-    return [f"note: {n}" for n in report.notes]
+    useful = flops.summary(report)
+    return [f"note: {n}" for n in report.notes] + ([useful] if useful else [])
 
 
 def legend(report: Report) -> str | None:
@@ -143,9 +149,16 @@ def table(report: Report, kind: str, origin_ns: int, layout: Layout | None = Non
                 "gpu_time": lambda: gputime.breakdown_table(report, lo.gpu_limit, unit),
                 "gpu_idle": lambda: gputime.idle_table(report, lo.gpu_limit, unit),
                 "gpu_steps": lambda: gputime.step_table(report, lo.step_limit, unit),
+                "memcpy": lambda: memcpy.memcpy_table(report, lo.gpu_limit, unit),
+                "flops_gpus": lambda: flops.gpu_table(report, lo.gpu_limit, unit),
+                "flops_ops": lambda: flops.op_table(report, lo.top, unit),
+                "flops_unmodelled": lambda: flops.unmodelled_table(report, lo.top, unit),
                 "kernels": lambda: gputime.kernel_table(report, lo.top, unit),
                 "host_api": lambda: gputime.api_table(report, lo.top, unit),
                 "host_ranges": lambda: gputime.range_table(report, lo.top, unit),
+                "gpu_annotations": lambda: launches.annotation_table(report, lo.top, unit),
+                "launch_queue": lambda: launches.queue_table(report, lo.gpu_limit, unit),
+                "launch_delays": lambda: launches.delay_table(report, lo.top, unit),
                 "lanes": lambda: lane_table(report, lo.lane_limit, unit),
                 "critical_path": lambda: pipeline.critical_table(report, unit),
                 "request_latency": lambda: requests.table(report, unit)}

@@ -2,7 +2,9 @@
 exposed communication, exposed memory traffic or idle by cause; as plain text lines and as inline SVG, with the
 top findings marked on their GPUs' rows.
 
-Rows share one time axis (ms from the earliest row's start), so a GPU that started its step late shows it.
+Rows share one time axis (from the earliest row's start; text in ms, the SVG's axis in the unit its ticks need),
+so a GPU that started its step late shows it. A mark says its finding's number and kind in words; text keeps
+the whole marks that fit, the SVG wraps them between words in its right margin, never cutting a word.
 Text: each column shows the class that filled most of it (ties: the first in ``CLASSES`` order), in plain
 characters that survive NO_COLOR and pipes: ``█`` compute, ``▓`` comm, ``░`` memory, and idle by its cause:
 ``h`` host launch (the host launched late), ``s`` sync (the host was in a synchronize), ``p`` peer (it was in a
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from pipebubble.render import axis
 from pipebubble.render.cells import ms, share, shorten
 from pipebubble.render.sections import timeline
 from pipebubble.report.strips import CLASSES, Strip, Strips, bin_edges
@@ -47,7 +50,9 @@ MIN_BAR = 20  # the fewest columns of a bar: a mark's label is cut before the ba
 MARK = "◀ "
 MARK_COLOUR = "#d55e00"
 EVERY = "markdown, html or json list every GPU"
-VIEW_W, LABEL_W, MARK_W, ROW_H, BAR_H, TOP_H, AXIS_H = 1000, 120, 160, 20, 14, 20, 24  # SVG units
+VIEW_W, LABEL_W, MARK_W, ROW_H, BAR_H, TOP_H = 1000, 120, 160, 20, 14, 20  # SVG units
+AXIS_H = axis.TICK + 11 + axis.LINE_H + 8  # under the rows: the x-axis' ticks, labels and title
+MARK_CHARS = 32  # the most characters of a line of a mark's words in the right margin
 LABEL_CHARS = 16  # a lane name's characters in the SVG's label column; its full name is its title
 STEPS = 2  # a class's share of a bin is drawn to 1/STEPS of an SVG unit: stacks alike at that are merged
 
@@ -69,7 +74,7 @@ def text(strips: Strips, width: int, marks: Marks = (), rows: int = TEXT_ROWS) -
     columns = max(room - mark_w, 4)
     lines = [_title(strips, start, end, columns)]
     for label, strip, note in zip(labels, shown, notes, strict=True):
-        tail = " " + MARK + shorten(note, mark_w - len(MARK) - 1) if note and mark_w > len(MARK) + 1 else ""
+        tail = " " + MARK + _clip(note, mark_w - len(MARK) - 1) if note and mark_w > len(MARK) + 1 else ""
         lines.append(f"{label:>{pad}} │{_cells(strip, start, end, columns)}│{tail}".rstrip())
     lines.append((" " * (pad + 2) + timeline.axis(0, end - start, columns)).rstrip())
     lines += _legend_lines(width, _shown_classes(strips))
@@ -78,6 +83,22 @@ def text(strips: Strips, width: int, marks: Marks = (), rows: int = TEXT_ROWS) -
     if strips.missing:
         lines.append(f"{len(strips.missing):,} GPU{'s' * (len(strips.missing) != 1)} without this step not shown")
     return lines
+
+
+def _clip(note: str, chars: int) -> str:
+    """``note`` in at most ``chars`` characters: the whole marks that fit, else the whole words of the first,
+    then ``…``; never a word cut."""
+    if len(note) <= chars:
+        return note
+    for sep in (", ", " "):
+        kept = ""
+        for piece in note.split(sep):
+            if len(kept) + len(sep) * bool(kept) + len(piece) > chars - 1:
+                break
+            kept = f"{kept}{sep}{piece}" if kept else piece
+        if kept:
+            return kept.rstrip(",;:") + "…"
+    return ""
 
 
 def _title(strips: Strips, start: int, end: int, columns: int) -> str:
@@ -156,32 +177,50 @@ def _legend_lines(width: int, shown: list[str]) -> list[str]:
 
 def svg(strips: Strips, marks: Marks = (), rows: int = SVG_ROWS) -> str:
     """The timeline as one inline SVG (it scales to the page): a row per GPU (``rows`` at most, every marked
-    one among them), each bin a stack of its classes with its times on hover, the marked rows outlined and
-    labelled, a time axis in ms, and a note of the GPUs not shown. Empty without rows."""
+    one among them) along a y-axis, each bin a stack of its classes with its times on hover, the marked rows
+    outlined and their findings named in words in the right margin (wrapped between words, the row as tall as
+    they need), an x-axis of the time from the view's start with its unit, and a note of the GPUs not shown.
+    Empty without rows."""
     if not strips.rows:
         return ""
     shown, more = _shown(strips, marks, rows)
     start, end = _view(strips)
-    right = VIEW_W - (MARK_W if marks else 10)
-    height = TOP_H + ROW_H * len(shown) + AXIS_H + (ROW_H if more or strips.missing else 0)
+    notes = [_mark_lines(strip, marks) for strip in shown]
+    right = VIEW_W - (_margin(notes) if any(notes) else 10)
+    tops = [TOP_H]
+    for lines in notes:
+        tops.append(tops[-1] + ROW_H + axis.LINE_H * max(len(lines) - 1, 0))
+    bottom = tops[-1]
+    height = bottom + AXIS_H + (ROW_H if more or strips.missing else 0)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {VIEW_W} {height}" width="100%"'
            f' preserveAspectRatio="xMinYMin meet" role="img" aria-label="GPU timeline">',
            f'<text x="4" y="14">{escape(_title(strips, start, end, right - LABEL_W))}</text>']
-    for i, strip in enumerate(shown):
-        y = TOP_H + i * ROW_H
+    for strip, y, lines in zip(shown, tops, notes, strict=False):
         out.append(f'<text x="4" y="{y + BAR_H - 2}"><title>{escape(strip.lane)}</title>'
                    f'{escape(shorten(strip.lane, LABEL_CHARS))}</text>')
         out += _stacks(strip, start, end, right, y)
-        note = _marked(strip, marks)
-        if note:
-            out.append(_outline(strip, note, start, end, right, y))
-    out += _axis(start, end, right, TOP_H + ROW_H * len(shown) + 16)
+        if lines:
+            out.append(_outline(strip, _marked(strip, marks), lines, start, end, right, y))
+    out += _axes(strips, start, end, right, bottom)
     if more or strips.missing:
         left_out = f"{more:,} more GPUs not shown ({EVERY})" if more else ""
         without = f"{len(strips.missing):,} GPUs without this step not shown" if strips.missing else ""
         words = "; ".join(w for w in (left_out, without) if w)
         out.append(f'<text x="4" y="{height - 6}">{escape(words)}</text>')
     return "\n".join([*out, "</svg>"])
+
+
+def _mark_lines(strip: Strip, marks: Marks) -> list[str]:
+    """The marks on this GPU as lines of the margin: one a mark, a long one wrapped between its words."""
+    labels = [label for key, label in marks if key == strip.lane or (isinstance(key, int) and key == strip.rank)]
+    return [line for label in labels for line in axis.wrap(label, MARK_CHARS)]
+
+
+def _margin(notes: list[list[str]]) -> int:
+    """The right margin's width: room for the longest line of a mark (at most MARK_CHARS characters, but for
+    a single longer word), at least MARK_W."""
+    longest = max((len(line) for lines in notes for line in lines), default=0)
+    return max(MARK_W, round(axis.width("x" * longest)) + 12)
 
 
 def _x(t: float, start: int, end: int, right: int) -> float:
@@ -215,24 +254,27 @@ def _stacks(strip: Strip, start: int, end: int, right: int, y: int) -> list[str]
     return out
 
 
-def _outline(strip: Strip, note: str, start: int, end: int, right: int, y: int) -> str:
-    """A marked row: an outline around its step and the marks' labels in the right margin."""
+def _outline(strip: Strip, note: str, lines: list[str], start: int, end: int, right: int, y: int) -> str:
+    """A marked row: an outline around its step and its marks' words in the right margin, a line each; the
+    whole ``note`` in its tooltip."""
     x0, x1 = _x(strip.start_ns, start, end, right), _x(strip.end_ns, start, end, right)
+    words = "".join(axis.text(right + 6, y + BAR_H - 2 + i * axis.LINE_H, line, "start", MARK_COLOUR)
+                    for i, line in enumerate(lines))
     return (f'<g><title>{escape(f"{strip.lane}: {note}")}</title><rect x="{x0 - 1:.1f}" y="{y - 1}"'
             f' width="{x1 - x0 + 2:.1f}" height="{BAR_H + 2}" fill="none" stroke="{MARK_COLOUR}"'
-            f' stroke-width="2"/><text x="{right + 6}" y="{y + BAR_H - 2}" fill="{MARK_COLOUR}">'
-            f"{escape(shorten(note, (MARK_W - 10) // 7))}</text></g>")
+            f' stroke-width="2"/>{words}</g>')
 
 
-def _axis(start: int, end: int, right: int, y: int) -> list[str]:
-    """Tick labels in ms from the view's start, as the text timeline writes them."""
-    tick = timeline._nice_step(max((end - start) // 9, 1))
-    return [f'<text x="{_x(start + t, start, end, right):.1f}" y="{y}" text-anchor="middle">'
-            f"{timeline.tick_label(t, tick)}</text>" for t in range(0, end - start, tick)]
+def _axes(strips: Strips, start: int, end: int, right: int, bottom: int) -> list[str]:
+    """The y-axis (a GPU a row, named at its left) and the x-axis: the time from the view's start."""
+    title = f"time from the {'window' if strips.step is None else 'step'}'s earliest start on a GPU"
+    scale = axis.time_scale(0, end - start, axis.count_for(right - LABEL_W))
+    return [axis.line(LABEL_W, TOP_H - 2, LABEL_W, bottom),
+            *axis.x_axis(scale, lambda t: _x(start + t, start, end, right), bottom, LABEL_W, right, title, VIEW_W)]
 
 
 def legend_html(strips: Strips) -> str:
     """The SVG's key (the classes the strips hold), as the HTML page's legends are written."""
     items = "".join(f'<span><i style="background:{LOOK[c][2]}"></i>{escape(LOOK[c][1])}</span>'
                     for c in _shown_classes(strips))
-    return f'<p class="legend">{items} (share of each bin; hover for times; axis in ms)</p>'
+    return f'<p class="legend">{items} (share of each bin; hover for times)</p>'

@@ -12,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from pipebubble.render import axis
 from pipebubble.render.cells import Table, num, share, shorten, size, time
-from pipebubble.render.sections import timeline
 from pipebubble.report.memory import HOW_TO_RECORD, Memory, MemoryDevice, MemoryStage
 
 ROWS_DRAWN = 32  # small multiples in the drawing (the largest peaks); the tables list every device and stage
 EVERY = "markdown, html or json list every device"
-# the drawing's own units (it scales to the page): label column, row, plot inside a row, caption, x-axis
-LABEL_W, ROW_H, GAP, PLOT_H, TOP_H, AXIS_H, RIGHT = 150, 74, 16, 56, 20, 24, 20  # GAP: above a plot
-LABEL_CHARS = 20  # a lane name's characters in the label column (12px monospace); the full name is its title
+# the drawing's own units (it scales to the page): the y-axis' labels left of a plot, a row, a plot inside a row,
+# the drawing's caption, the x-axis under the rows, right of the plots; GAP: above a plot, the row's name
+LABEL_W, ROW_H, GAP, PLOT_H, TOP_H, RIGHT = 70, 80, 20, 56, 20, 20
+AXIS_H = axis.TICK + 11 + axis.LINE_H + 8
 LINE, AREA, PEAK, STATIC = "#0072b2", "#56b4e9", "#d55e00", "#555555"  # Okabe–Ito, as the timeline's colours
 
 
@@ -147,11 +148,13 @@ def small_multiples(memory: Memory) -> list[Row]:
 def memory_svg(memory: Memory, width: int = 1000, origin_ns: int | None = None, limit: int = ROWS_DRAWN) -> str:
     """The allocated bytes over time as an inline SVG: one row per stage (else per device), the largest ``limit``
     peaks in report order, each a step area with its peak marked and labelled and, for a stage, its static
-    level dashed; one byte scale on every row's y-axis and one x-axis in ms from ``origin_ns``."""
+    level dashed; one byte scale on every row's y-axis (ticks in 1-2-5 steps of a binary unit) and one x-axis
+    of the time from ``origin_ns`` (without one, from the earliest point) in the unit its ticks need."""
     every = small_multiples(memory)
     keep = sorted(sorted(range(len(every)), key=lambda i: -every[i].peak_bytes)[:limit])
     shown = [every[i] for i in keep]
-    frame = Frame.of(shown, max(width, LABEL_W + 100), earliest(memory) if origin_ns is None else origin_ns)
+    frame = Frame.of(shown, max(width, LABEL_W + 100), earliest(memory) if origin_ns is None else origin_ns,
+                     "the timeline's start" if origin_ns is not None else "the earliest point")
     height = TOP_H + ROW_H * len(shown) + AXIS_H + (16 if len(every) > len(shown) else 0)
     what = "stage" if memory.stages else "device"
     caption = _caption(what) if shown else "no device timeline to draw"
@@ -161,7 +164,7 @@ def memory_svg(memory: Memory, width: int = 1000, origin_ns: int | None = None, 
            f'<text x="4" y="14">{escape(caption)}</text>']
     for i, row in enumerate(shown):
         out += _row(row, frame, TOP_H + i * ROW_H)
-    out += frame.axis(TOP_H + ROW_H * len(shown) + 16) if shown else []
+    out += frame.axis(TOP_H + ROW_H * len(shown) + 4) if shown else []
     if len(every) > len(shown):
         out.append(f'<text x="4" y="{height - 4}">{len(every) - len(shown):,} more {what}s not drawn (the'
                    f" {len(shown):,} largest peaks are; the tables list every one)</text>")
@@ -178,24 +181,30 @@ def _caption(what: str) -> str:
 
 @dataclass(frozen=True)
 class Frame:
-    """Where the rows draw: the time span every row shares, the top of the byte scale, the drawing's width."""
+    """Where the rows draw: the time span every row shares, the byte scale (its top the first tick at or above
+    the highest level), the drawing's width, time zero and what it is."""
 
     start: int
     end: int
-    top: int
+    scale: axis.Scale
     width: int
     origin_ns: int
+    zero: str = "the earliest point"
+
+    @property
+    def top(self) -> float:
+        return self.scale.hi
 
     @staticmethod
-    def of(shown: list[Row], width: int, origin_ns: int) -> Frame:
+    def of(shown: list[Row], width: int, origin_ns: int, zero: str = "the earliest point") -> Frame:
         times = [p[0] for r in shown for p in r.points] + [r.peak_at_ns for r in shown]
         levels = [p[1] for r in shown for p in r.points] + [r.peak_bytes for r in shown]
         levels += [r.static_bytes for r in shown if r.static_bytes is not None]
         start = min(times, default=origin_ns)
         end = max(times, default=start)
         # points at one instant: drawn over a millisecond, so the axis has ticks to read
-        return Frame(start, end if end > start else start + 1_000_000, max(max(levels, default=0), 1), width,
-                     origin_ns)
+        return Frame(start, end if end > start else start + 1_000_000, axis.bytes_scale(max(levels, default=0)),
+                     width, origin_ns, zero)
 
     def x(self, t: int) -> float:
         return LABEL_W + (self.width - LABEL_W - RIGHT) * (t - self.start) / max(self.end - self.start, 1)
@@ -204,30 +213,29 @@ class Frame:
         return y0 + GAP + PLOT_H * (1 - max(level, 0) / self.top)
 
     def axis(self, y: int) -> list[str]:
-        """Tick labels in ms from the origin, about nine, as the timeline's SVG writes them."""
-        tick = timeline._nice_step((self.end - self.start) // 9)
-        first = -(-(self.start - self.origin_ns) // tick) * tick + self.origin_ns
-        ticks = [f'<text x="{self.x(t):.1f}" y="{y}" text-anchor="middle">'
-                 f"{timeline.tick_label(t - self.origin_ns, tick)}</text>" for t in range(first, self.end + 1, tick)]
-        return [*ticks, f'<text x="4" y="{y}">ms</text>']
+        """The x-axis under the rows: the time from the origin, its ticks in the unit they need."""
+        right = self.width - RIGHT
+        scale = axis.time_scale(self.start - self.origin_ns, self.end - self.origin_ns, axis.count_for(right - LABEL_W))
+        return axis.x_axis(scale, lambda t: self.x(t + self.origin_ns), y, LABEL_W, right, f"time from {self.zero}",
+                           self.width)
 
 
 def _row(row: Row, frame: Frame, y0: int) -> list[str]:
-    """A row's label and byte scale, its step area and line, its static level and its peak."""
-    base = frame.y(0, y0)
-    name = [_label(row.label if row.lane else shorten(row.label, LABEL_CHARS), row.label, y0 + GAP + 26, "#222")]
-    name += [_label(shorten(row.lane, LABEL_CHARS), row.lane, y0 + GAP + 40, STATIC)] if row.lane else []
-    scale = [f'<text x="{LABEL_W - 4}" y="{frame.y(frame.top, y0) + 10:.1f}" text-anchor="end">{size(frame.top)}'
-             f'</text><text x="{LABEL_W - 4}" y="{base:.1f}" text-anchor="end">0</text>',
-             f'<line x1="{LABEL_W}" y1="{frame.y(frame.top, y0):.1f}" x2="{LABEL_W}" y2="{base:.1f}"'
-             f' stroke="#999"/><line x1="{LABEL_W}" y1="{base:.1f}" x2="{frame.width - RIGHT}" y2="{base:.1f}"'
-             ' stroke="#ddd"/>']
+    """A row's name above its plot, its y-axis (the byte scale), its step area and line, its static level and
+    its peak."""
+    room = int((frame.width - RIGHT - LABEL_W) // axis.CHAR_W)  # characters of the name line
+    name = [_label(row.label if row.lane else shorten(row.label, room), row.label, LABEL_W, y0 + GAP - 6, "#222")]
+    if row.lane:
+        at = LABEL_W + axis.width(row.label + "  ")
+        name.append(_label(shorten(row.lane, max(room - len(row.label) - 2, 8)), row.lane, at, y0 + GAP - 6, STATIC))
+    scale = axis.y_axis(frame.scale, lambda v: frame.y(v, y0), LABEL_W, frame.y(frame.top, y0), frame.y(0, y0),
+                        grid_to=frame.width - RIGHT)
     return [*name, *scale, *_steps(row, frame, y0), *_static(row, frame, y0), _peak(row, frame, y0)]
 
 
-def _label(text: str, title: str, y: int, fill: str) -> str:
-    """A row's name, cut to the label column, the whole of it in its tooltip."""
-    return f'<g><title>{escape(title)}</title><text x="4" y="{y}" fill="{fill}">{escape(text)}</text></g>'
+def _label(text: str, title: str, x: float, y: int, fill: str) -> str:
+    """A row's name (a lane's cut only past the drawing's width), the whole of it in its tooltip."""
+    return f'<g><title>{escape(title)}</title><text x="{x:.1f}" y="{y}" fill="{fill}">{escape(text)}</text></g>'
 
 
 def _steps(row: Row, frame: Frame, y0: int) -> list[str]:
@@ -244,23 +252,26 @@ def _steps(row: Row, frame: Frame, y0: int) -> list[str]:
 
 
 def _static(row: Row, frame: Frame, y0: int) -> list[str]:
-    """A stage's static bytes as a dashed level across its row, labelled at the right under the line."""
+    """A stage's static bytes as a dashed level across its row, labelled at the right under the line (over it
+    where the line is the plot's floor)."""
     if row.static_bytes is None:
         return []
     y = frame.y(row.static_bytes, y0)
     text = f"static {size(row.static_bytes)}"
+    right = frame.width - RIGHT
     return [f'<line x1="{LABEL_W}" y1="{y:.1f}" x2="{frame.width - RIGHT}" y2="{y:.1f}" stroke="{STATIC}"'
             f' stroke-dasharray="4 3"><title>{escape(row.label)}: {text} (held with no micro-batch in flight)'
-            f'</title></line><text x="{frame.width - RIGHT}" y="{min(y + 12, frame.y(0, y0)):.1f}" text-anchor="end"'
-            f' fill="{STATIC}">{text}</text>']
+            f'</title></line><text x="{axis.inside(right, text, LABEL_W, right, "end"):.1f}"'
+            f' y="{y + 12 if y + 12 <= frame.y(0, y0) else y - 3:.1f}" text-anchor="end" fill="{STATIC}">{text}</text>']
 
 
 def _peak(row: Row, frame: Frame, y0: int) -> str:
-    """The peak as a dot with its size beside it, to the left of the dot when it would run off the right."""
+    """The peak as a dot with its size beside it, inside the plot: right of the dot, else left of it; above it
+    where the plot has room, else below it."""
     x, y = frame.x(row.peak_at_ns), frame.y(row.peak_bytes, y0)
     at = f"{time(row.peak_at_ns - frame.origin_ns)} ms"
     text = f"peak {size(row.peak_bytes)}"
-    right = x > frame.width - RIGHT - 8 * len(text)
+    tx, anchor = axis.beside(x, text, LABEL_W + 2, frame.width - RIGHT, 5)
+    ty = y - 5 if y - 15 >= frame.y(frame.top, y0) else y + 14
     return (f'<g><title>{escape(row.label)}: {text} at {at}</title><circle cx="{x:.1f}" cy="{y:.1f}" r="3"'
-            f' fill="{PEAK}"/><text x="{x + (-5 if right else 5):.1f}" y="{y - 5:.1f}"'
-            f' text-anchor="{"end" if right else "start"}" fill="{PEAK}">{text}</text></g>')
+            f' fill="{PEAK}"/><text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" fill="{PEAK}">{text}</text></g>')
