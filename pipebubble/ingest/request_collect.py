@@ -7,10 +7,16 @@ The shapes (vLLM's ``vllm/tracing`` ``SpanAttributes``, the journey- and step-tr
 - **GenAI conventions** (``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``): the span named
   ``"{operation} {model}"`` with ``gen_ai.operation.name``, tokens as ``gen_ai.usage.input_tokens`` /
   ``output_tokens``, the id as ``gen_ai.response.id`` (``ALIASES``);
-- **phase spans**: children of the request span for its phases (``PHASE_SPANS``);
+- **phase spans**: children of the request span for its phases (``PHASE_SPANS``): ``vllm.request.queue`` /
+  ``vllm.request.prefill`` / ``vllm.request.decode`` (vLLM's ``tests/tracing/test_request_lifecycle_tracing.py``), a
+  run span cut short by a preemption marked ``preempted`` (``PREEMPTED``), and the older ``vllm_*`` names;
 - **journey tracing** (``--enable-journey-tracing``): the API span ``llm_request`` with ``api.*`` events and its
   child ``llm_core`` with ``journey.*`` state events (``QUEUED``, ``SCHEDULED``, ``FIRST_TOKEN``, ``PREEMPTED``,
   ``FINISHED``), each with the request's progress (``JOURNEY_ATTRIBUTES``);
+- **SGLang** (``--enable-trace``, ``sglang/srt/tracing/trace.py``): a root span ``Req <rid[:8]>`` with ``rid``, a
+  span per thread under it (``thread_label``, ``pid``, ``host_id``: read as the core span) and the stage slices
+  under those (``prefill_waiting``, ``prefill_forward``, ``chunked_prefill``, ``decode_loop``: phases; the
+  tokenizer's and dispatch slices are not);
 - **step tracing** (``--step-tracing-enabled``): ``step.BATCH_SUMMARY`` events on the long ``scheduler_steps``
   span (``STEP_ATTRIBUTES``); its per-request ``step.REQUEST_SNAPSHOT`` events are counted and left out.
 
@@ -36,7 +42,15 @@ CORE_SPAN = "llm_core"
 #: Phase child spans of a request -> the phase (``requests_table``'s ``intervals``).
 PHASE_SPANS = {"vllm_queue": "queue", "vllm_prefill": "prefill", "vllm_decode": "decode",
                "vllm_preempted": "requeue", "vllm_async_kv_transfer": "kv_transfer",
-               "queue": "queue", "prefill": "prefill", "decode": "decode"}
+               "queue": "queue", "prefill": "prefill", "decode": "decode",
+               "vllm.request.queue": "queue", "vllm.request.prefill": "prefill", "vllm.request.decode": "decode",
+               "prefill_waiting": "queue", "prefill_forward": "prefill", "chunked_prefill": "prefill",
+               "decode_loop": "decode"}
+#: SGLang's root span of a request is named ``Req `` and the first 8 characters of its ``rid``.
+SGLANG_REQUEST_PREFIX = "Req "
+SGLANG_RID = "rid"
+#: The attribute of SGLang's per-thread span (the span its stage slices hang under).
+THREAD_LABEL = "thread_label"
 #: Attributes (vLLM ``SpanAttributes``) -> (request-table column, kind: seconds, count or text).
 ATTRIBUTES: dict[str, tuple[str, str]] = {
     "gen_ai.request.id": ("request_id", "text"),
@@ -47,11 +61,12 @@ ATTRIBUTES: dict[str, tuple[str, str]] = {
     "gen_ai.latency.time_in_model_decode": ("decode_ns", "seconds"),
     "gen_ai.usage.prompt_tokens": ("prompt_tokens", "count"),
     "gen_ai.usage.completion_tokens": ("completion_tokens", "count"),
+    "preempted": ("preempted", "flag"),
 }
 #: The GenAI conventions' names for the same facts, read where the older name is absent.
 ALIASES = {"gen_ai.usage.input_tokens": "gen_ai.usage.prompt_tokens",
            "gen_ai.usage.output_tokens": "gen_ai.usage.completion_tokens",
-           "gen_ai.response.id": "gen_ai.request.id"}
+           "gen_ai.response.id": "gen_ai.request.id", SGLANG_RID: "gen_ai.request.id"}
 #: A span that carries any of these is a request even under another name.
 LATENCY_PREFIX = "gen_ai.latency."
 OPERATION = "gen_ai.operation.name"
@@ -81,7 +96,7 @@ Event = tuple[Any, Any, dict[Any, tuple[str, Any]]]
 
 def wanted(key: Any) -> bool:
     """An attribute the table takes, or one that makes its span a request."""
-    return key in ATTRIBUTES or key in ALIASES or key == OPERATION or (
+    return key in ATTRIBUTES or key in ALIASES or key in (OPERATION, THREAD_LABEL) or (
         isinstance(key, str) and key.startswith(LATENCY_PREFIX))
 
 
@@ -183,9 +198,10 @@ class Collected:
 def _kind(name: Any, found: dict) -> str | None:
     """``request``, ``core``, ``phase:<phase>``, or None (no request's span)."""
     if name == REQUEST_SPAN or OPERATION in found or any(
-            isinstance(k, str) and k.startswith(LATENCY_PREFIX) for k in found):
+            isinstance(k, str) and k.startswith(LATENCY_PREFIX) for k in found) or (
+            SGLANG_RID in found and isinstance(name, str) and name.startswith(SGLANG_REQUEST_PREFIX)):
         return "request"
-    if name == CORE_SPAN:
+    if name == CORE_SPAN or THREAD_LABEL in found:
         return "core"
     phase = PHASE_SPANS.get(name) if isinstance(name, str) else None
     return None if phase is None else f"phase:{phase}"
@@ -206,8 +222,11 @@ def _integer(value: Any) -> Any:
 
 
 def _convert(kind: str, typ: str, value: Any) -> Any:
-    """A typed attribute value as its column holds it: seconds as ns (finite, within 0..2⁶² ns), counts as ints
-    (0..2⁶², an integral double accepted), ratios as floats in 0..1, text as str; ``_BAD`` for anything else."""
+    """A typed attribute value as its column holds it: a flag as a bool, seconds as ns (finite, within 0..2⁶² ns),
+    counts as ints (0..2⁶², an integral double accepted), ratios as floats in 0..1, text as str; ``_BAD`` for
+    anything else."""
+    if kind == "flag":
+        return value if typ == "bool" and isinstance(value, bool) else _BAD
     if kind == "text":
         if typ == "string" and isinstance(value, str):
             return value

@@ -8,7 +8,9 @@ does not is derived from its phases, so every shape gives the same figures for t
 - phases: journey state events in order, each interval from one event to the next, its phase by the event
   it starts at (``QUEUED`` -> queue, ``PREEMPTED`` -> requeue, ``SCHEDULED`` -> prefill, or decode once the
   first token came, ``FIRST_TOKEN`` -> decode); or the phase spans (a queue span after the first is a
-  requeue);
+  requeue; so is the gap from a run span marked ``preempted`` to the next run span, where no queue span
+  follows it);
+- the request id: the request span's, else its core span's (journey tracing sets it on ``llm_core``);
 - scheduled = the first run's start; the engine's first token = the last prefill's end (else the first
   decode's start); queue = the first queue interval; prefill = first token − scheduled (vLLM's
   ``time_in_model_prefill``); decode = the last decode's end − first token; preemptions = the requeue
@@ -38,7 +40,7 @@ def finish(out: Collected, fmt: str) -> FileResult:
     """The file's result: no spans, its requests (duplicates and requests without any time counted and left
     out), its traced scheduler steps, the account and the warnings."""
     rows = _frame(out.rows, {"trace_id": pl.String, "span_id": pl.String, "parent_id": pl.String, "kind": pl.String,
-                             "request_id": pl.String})
+                             "request_id": pl.String, "preempted": pl.Boolean})
     unnamed = pl.col("trace_id").is_null() | pl.col("span_id").is_null()
     indexed = rows.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
     unique = indexed.filter(pl.struct(*_KEY).is_first_distinct() | unnamed)
@@ -70,10 +72,14 @@ def assemble(rows: pl.DataFrame, events: pl.DataFrame, skipped: Counter[str]) ->
     events = events.join(owner, on="row", how="inner").drop("row")
     intervals = pl.concat([_from_events(events), _from_phase_spans(rows.join(owner, on="row"))])
     requests = rows.join(owner.filter(pl.col("row") == pl.col("req")).select("row"), on="row", how="semi")
-    facts = _phase_facts(intervals).join(_event_facts(events), on="req", how="full", coalesce=True)
+    core_ids = rows.filter(pl.col("kind") == "core").join(owner, on="row").group_by("req").agg(
+        core_request_id=pl.col("request_id").drop_nulls().first())
+    facts = _phase_facts(intervals).join(_event_facts(events), on="req", how="full", coalesce=True).join(
+        core_ids, on="req", how="full", coalesce=True)
     table = requests.rename({"row": "req"}).join(facts, on="req", how="left")
     arrival = pl.coalesce("arrived", "start")
     return _relative(table.with_columns(
+        request_id=pl.coalesce("request_id", "core_request_id"),
         start=arrival,
         end=pl.coalesce("departed", "end"),
         ttft_ns=pl.coalesce("ttft_ns", pl.coalesce("first_response", "first_at") - arrival),
@@ -122,13 +128,20 @@ def _from_events(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _from_phase_spans(phases: pl.DataFrame) -> pl.DataFrame:
-    """Intervals from phase spans; a queue span after the request's first is a requeue."""
+    """Intervals from phase spans; a queue span after the request's first is a requeue, and so is the wait from
+    a run span that ended ``preempted`` to the next run span when no queue span comes between."""
     kind = pl.col("kind").str.strip_prefix("phase:")
     rows = phases.filter(pl.col("kind").str.starts_with("phase:"), pl.col("start").is_not_null(),
                          pl.col("end").is_not_null()).sort("req", "start")
     later = (kind == "queue").cast(pl.Int64).cum_sum().over("req") > 1
-    return rows.select("req", phase=pl.when((kind == "queue") & later).then(pl.lit("requeue")).otherwise(kind),
-                       at="start", until="end")
+    spans = rows.select("req", phase=pl.when((kind == "queue") & later).then(pl.lit("requeue")).otherwise(kind),
+                        at="start", until="end", preempted=pl.col("preempted").fill_null(False))
+    after = spans.with_columns(next_phase=pl.col("phase").shift(-1).over("req"),
+                               next_at=pl.col("at").shift(-1).over("req"))
+    waits = after.filter(pl.col("preempted"), pl.col("phase").is_in(_RUN), pl.col("next_phase").is_in(_RUN),
+                         pl.col("next_at") >= pl.col("until")).select(
+        "req", phase=pl.lit("requeue"), at="until", until="next_at")
+    return pl.concat([spans.drop("preempted"), waits]).sort("req", "at")
 
 
 def _phase_facts(intervals: pl.DataFrame) -> pl.DataFrame:

@@ -1,6 +1,8 @@
 """Every shape of request spans vLLM's tracing writes (legacy ``llm_request``, GenAI conventions, phase child
-spans, journey tracing's ``llm_core`` events, step tracing's summaries), in OTLP and Jaeger JSON, read to the
-same per-request figures where they carry the same facts; preemptions and their requeue waits exactly."""
+spans, journey tracing's ``llm_core`` events, step tracing's summaries) and SGLang's request tracing, each built
+as vLLM's and SGLang's own tests build them (``otlp_shapes`` names the files and commits), in OTLP and Jaeger
+JSON, read to the same per-request figures where they carry the same facts; preemptions and their requeue
+waits exactly."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from otlp_shapes import (
     T0,
     batch_summary,
     engine_instants,
+    genai_renamed_span,
     genai_span,
     journey_spans,
+    legacy_phase_spans,
     otlp_span,
     phase_spans,
     preempted_journey,
+    preempted_phase_spans,
+    sglang_spans,
     step_span,
     vllm_request,
     write_lines,
@@ -31,9 +37,13 @@ SAME = ("request_id", "arrival", "queue_ns", "ttft_ns", "e2e_ns", "prefill_ns", 
 SHAPES = {
     "legacy": lambda r: [otlp_span(r)],
     "genai": lambda r: [genai_span(r)],
-    "phase": phase_spans,
+    "genai_renamed": lambda r: [genai_renamed_span(r)],
+    "phase_legacy_names": legacy_phase_spans,
     "journey": journey_spans,
 }
+#: How much earlier the engine's first token is than the API layer's (``otlp_shapes.engine_instants``): the
+#: first token of shapes without an API-layer TTFT (vLLM's lifecycle spans, SGLang's).
+ENGINE_LAG = 3 * MS
 
 
 def _read(tmp_path, name: str, spans: list[dict], use_cache: bool = False):
@@ -47,6 +57,16 @@ def sent():
     return [vllm_request(i) for i in range(60)]
 
 
+def _expected(sent: list[dict], lag: int = 0, tokens: bool = True) -> pl.DataFrame:
+    return pl.DataFrame({"request_id": [r["id"] for r in sent], "arrival": [r["arrival"] for r in sent],
+                         "queue_ns": [r["queue"] for r in sent], "ttft_ns": [r["ttft"] - lag for r in sent],
+                         "e2e_ns": [r["e2e"] for r in sent], "prefill_ns": [r["prefill"] for r in sent],
+                         "decode_ns": [r["decode"] for r in sent],
+                         "prompt_tokens": [r["prompt"] if tokens else None for r in sent],
+                         "completion_tokens": [r["tokens"] if tokens else None for r in sent]},
+                        schema={c: pl.String if c == "request_id" else pl.Int64 for c in SAME})
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_every_shape_gives_the_legacy_figures(tmp_path, sent, shape):
     spans = [s for r in sent for s in SHAPES[shape](r)]
@@ -55,17 +75,57 @@ def test_every_shape_gives_the_legacy_figures(tmp_path, sent, shape):
     assert dict(table.schema) == requests_table.SCHEMA and table.height == len(sent)
     lines = -(-len(spans) // 50)  # each line's HTTP span is no request
     assert result.skipped == {"not_a_request": lines} and result.warnings == []
-    expected = pl.DataFrame({"request_id": [r["id"] for r in sent], "arrival": [r["arrival"] for r in sent],
-                             "queue_ns": [r["queue"] for r in sent], "ttft_ns": [r["ttft"] for r in sent],
-                             "e2e_ns": [r["e2e"] for r in sent], "prefill_ns": [r["prefill"] for r in sent],
-                             "decode_ns": [r["decode"] for r in sent], "prompt_tokens": [r["prompt"] for r in sent],
-                             "completion_tokens": [r["tokens"] for r in sent]})
-    assert table.select(SAME).sort("arrival").equals(expected)
+    assert table.select(SAME).sort("arrival").equals(_expected(sent))
 
 
-@pytest.mark.parametrize("shape", ["phase", "journey"])
+def test_lifecycle_phase_spans_give_the_engine_figures(tmp_path, sent):
+    """vLLM's ``vllm.request.*`` spans under an ``llm_request`` that states no latency: queue, prefill, decode
+    and e2e as the legacy span states them, TTFT to the engine's first token (the prefill span's end)."""
+    result = _read(tmp_path, "phase", [s for r in sent for s in phase_spans(r)])
+    assert result.skipped == {"not_a_request": -(-4 * len(sent) // 50)} and result.warnings == []
+    assert result.requests.select(SAME).sort("arrival").equals(_expected(sent, ENGINE_LAG))
+
+
+def test_sglang_request_tracing_gives_the_engine_figures(tmp_path, sent):
+    """SGLang's ``Req`` root, thread spans and stage slices: the request id is its ``rid``; queue from
+    ``prefill_waiting``, prefill from ``prefill_forward``, decode to the last ``decode_loop``; no token counts."""
+    spans = [s for r in sent for s in sglang_spans(r)]
+    result = _read(tmp_path, "sglang", spans)
+    table = result.requests.sort("arrival")
+    rids = [f"{r['arrival'] % 2**64:016x}{r['id']}" for r in sent]
+    assert table["request_id"].to_list() == rids
+    expected = _expected(sent, ENGINE_LAG, tokens=False).with_columns(request_id=pl.Series(rids))
+    assert table.select(SAME).equals(expected)
+    # tokenize, dispatch and request_process slices are no phase; each line's HTTP span is no request
+    assert result.skipped == {"not_a_request": 3 * len(sent) + -(-len(spans) // 50)}
+    row, r = table.row(0, named=True), sent[0]
+    at = {k: v - r["arrival"] for k, v in engine_instants(r).items()}
+    assert [i["phase"] for i in row["intervals"]] == ["queue", "prefill"] + ["decode"] * (r["tokens"] - 1)
+    assert (row["intervals"][0]["start"], row["intervals"][1]["start"], row["intervals"][-1]["end"]) == (
+        at["QUEUED"], at["SCHEDULED"], at["FINISHED"])
+    assert (row["preemptions"], row["requeue_ns"], row["lost_tokens"]) == (0, 0, None)
+
+
+def test_a_preempted_lifecycle_span_waits_until_the_next_run(tmp_path, sent):
+    """``Request.trace_preempt`` ends the running span ``preempted``: the time to the next run span is a requeue
+    wait, and the request's decode still runs from its first token to its last span's end."""
+    r = sent[5]
+    table = _read(tmp_path, "preempt", preempted_phase_spans(r, preempt_ms=4, resume_ms=10)).requests
+    row = table.row(0, named=True)
+    at = {k: v - r["arrival"] for k, v in engine_instants(r).items()}
+    assert [(i["phase"], i["start"], i["end"]) for i in row["intervals"]] == [
+        ("queue", at["QUEUED"], at["SCHEDULED"]), ("prefill", at["SCHEDULED"], at["FIRST_TOKEN"]),
+        ("decode", at["FIRST_TOKEN"], at["FIRST_TOKEN"] + 4 * MS),
+        ("requeue", at["FIRST_TOKEN"] + 4 * MS, at["FIRST_TOKEN"] + 10 * MS),
+        ("decode", at["FIRST_TOKEN"] + 10 * MS, at["FINISHED"])]
+    assert (row["preemptions"], row["requeue_ns"]) == (1, 6 * MS)
+    assert (row["queue_ns"], row["prefill_ns"], row["decode_ns"]) == (r["queue"], r["prefill"], r["decode"])
+
+
+@pytest.mark.parametrize("shape", ["phase", "phase_legacy_names", "journey"])
 def test_phases_from_child_spans_and_from_events_are_the_same(tmp_path, sent, shape):
-    table = _read(tmp_path, shape, [s for r in sent for s in SHAPES[shape](r)]).requests.sort("arrival")
+    make = {"phase": phase_spans, **SHAPES}[shape]
+    table = _read(tmp_path, shape, [s for r in sent for s in make(r)]).requests.sort("arrival")
     for row, r in zip(table.iter_rows(named=True), sent, strict=True):
         at = {k: v - r["arrival"] for k, v in engine_instants(r).items()}
         assert row["intervals"] == [{"phase": "queue", "start": at["QUEUED"], "end": at["SCHEDULED"]},
@@ -73,7 +133,7 @@ def test_phases_from_child_spans_and_from_events_are_the_same(tmp_path, sent, sh
                                     {"phase": "decode", "start": at["FIRST_TOKEN"], "end": at["FINISHED"]}]
         assert row["scheduled"] == r["arrival"] + at["SCHEDULED"]
         assert (row["preemptions"], row["requeue_ns"]) == (0, 0)
-    assert table["lost_tokens"].to_list() == ([None] * len(sent) if shape == "phase" else [0] * len(sent))
+    assert table["lost_tokens"].to_list() == ([0] * len(sent) if shape == "journey" else [None] * len(sent))
 
 
 def test_legacy_spans_leave_preemptions_unknown(tmp_path, sent):

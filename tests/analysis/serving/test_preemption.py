@@ -83,13 +83,13 @@ def _walk(lines: list[str]) -> dict[str, tuple[int, int, int]]:
         count = wait = lost = 0
         since = None
         for e in events:
-            attrs = {a["key"]: int(a["value"]["intValue"]) for a in e["attributes"]}
+            attrs = {a["key"]: int(a["value"]["intValue"]) for a in e["attributes"] if "intValue" in a["value"]}
             if e["name"] == "journey.PREEMPTED":
                 count, since = count + 1, int(e["timeUnixNano"])
                 lost += attrs.get("prefill.done_tokens", 0) + attrs.get("decode.done_tokens", 0)
             elif e["name"] == "journey.SCHEDULED" and since is not None:
                 wait, since = wait + int(e["timeUnixNano"]) - since, None
-        out[ids[s["parentSpanId"]]] = (count, wait, lost)
+        out[ids.get(s["spanId"]) or ids[s["parentSpanId"]]] = (count, wait, lost)
     return out
 
 
