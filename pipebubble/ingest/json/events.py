@@ -90,8 +90,10 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     model_chunk: int | None = None
     chunk: int | None = None
     # the span table's argument columns: kept as written (``msgspec.Raw``: the lists are never decoded)
-    bytes: int | None = None
-    flops: int | None = None
+    # any scalar: a string (ROCm's runtime calls write ``"bytes": "60"``) or a float must not send the block
+    # to the tolerant path; only a whole number is kept, as the tolerant path keeps it (``_whole``)
+    bytes: int | float | str | bool | None = None
+    flops: int | float | str | bool | None = None
     dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     dtypes: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
@@ -302,12 +304,23 @@ def _fields(events: list[Any], with_args: bool = True) -> dict[str, list]:
     }
 
 
+_WHOLE_TYPES = {int, type(None)}
+
+
+def _whole(values: list) -> list:
+    """``values`` with every value that is not a whole number (a string, a float, a bool) as None; the list
+    as it is where all are (the usual case: checked by one pass in C)."""
+    if set(map(type, values)) <= _WHOLE_TYPES:
+        return values
+    return [v if type(v) is int else None for v in values]
+
+
 def _arg_fields(args: list[_Args]) -> dict[str, list]:
     """The span table's argument columns (``ARG_FIELDS``). Most events have none of them: a list of the
     shared default (the raw values) is counted, not walked in Python, before any text is made of it."""
     return {
-        "bytes": [a.bytes for a in args],
-        "flops": [a.flops for a in args],
+        "bytes": _whole([a.bytes for a in args]),
+        "flops": _whole([a.flops for a in args]),
         "dims": _raw_texts([a.dims for a in args]),
         "dtypes": _raw_texts([a.dtypes for a in args]),
     }

@@ -84,3 +84,22 @@ def test_recsys_copies_and_operator_inputs_equal_the_raw_events():
     types = sorted(json.dumps(e["args"]["Input type"]) for e in events if "Input type" in e.get("args", {}))
     assert sorted(spans["dtypes"].drop_nulls().to_list()) == types
     assert spans["flops"].null_count() == spans.height  # recorded without with_flops
+
+
+def test_a_string_or_float_argument_keeps_the_fast_path_and_reads_as_null(tmp_path):
+    """ROCm's runtime calls write ``"bytes": "60"``: the block stays on the typed decoder (the tolerant one is
+    several times slower) and both give the same columns, the string and the float as null."""
+    from pipebubble.ingest.json import events as decoder
+
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyWithStream", "pid": 1, "tid": 1, "ts": 1.0,
+               "dur": 2.0, "args": {"bytes": "60", "correlation": 7}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 4.0, "dur": 1.0,
+               "args": {"flops": 2.5}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 5.0, "dur": 1.0,
+               "args": {"bytes": 60}}]
+    block = json.dumps(events).encode()
+    decoder._FAST.decode(block)  # no ValidationError: the fast path takes it
+    fast = decoder.decode_block(block).frame
+    slow = decoder.decode_tolerant(block)[0]
+    for frame in (fast, slow):
+        assert frame["bytes"].to_list() == [None, None, 60] and frame["flops"].to_list() == [None, None, None]
