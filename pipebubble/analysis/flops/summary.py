@@ -46,18 +46,18 @@ def flops_report(parts: list[tuple[FlopsPart | None, dict]], lanes: list[Lane], 
     peaks = _peaks(present, peak_flops, peak_bandwidth)
     by_lane = pl.concat([p.lanes for p, _ in present])
     peaks, tf32 = _with_tf32(peaks, by_lane) if not peak_flops else (peaks, [])
+    by_lane = _at_peak(by_lane, peaks)
+    heavy = by_lane.filter("heavy")
+    per_lane = _per_lane(by_lane)
     windows = {lane.lane: lane.window_ns for lane in lanes}
-    gpus = _by_gpu(by_lane, peaks, windows, _workers(stages, pipeline, by_lane["lane"].unique().to_list(),
-                                                     dict(by_lane.select("lane", "rank").unique("lane").iter_rows())))
+    gpus = _by_gpu(per_lane, peaks, windows, _workers(stages, pipeline, per_lane["lane"].to_list(),
+                                                      dict(per_lane.select("lane", "rank").iter_rows())))
     gpu_total = sum(p.gpu_ns for p, _ in present)
     unmodelled = pl.concat([p.unmodelled for p, _ in present]).group_by("name").agg(pl.col("gpu_ns").sum())
     lost = int(unmodelled["gpu_ns"].sum() or 0)
     counted_ns = int(by_lane["gpu_ns"].sum() or 0)
-    heavy = by_lane.filter("heavy")
     flops = int(heavy["flops"].sum() or 0)
-    at_peak = [(_equivalent(rows, peaks.get(lane)), int(rows["gpu_ns"].sum() or 0))
-               for (lane,), rows in heavy.group_by("lane")]
-    known = [(e, ns) for e, ns in at_peak if e is not None and ns]
+    known = per_lane.filter(pl.col("at_peak").is_not_null() & (pl.col("heavy_ns") > 0))
     equivalent = sum(g.mfu * g.window_ns for g in gpus if g.mfu is not None)
     window = sum(g.window_ns for g in gpus if g.mfu is not None)
     source = "flag" if peak_flops else ("table" if any(p is not None for p in peaks.values()) else None)
@@ -71,7 +71,7 @@ def flops_report(parts: list[tuple[FlopsPart | None, dict]], lanes: list[Lane], 
         ops=_ops(pl.concat([p.ops for p, _ in present]), peaks),
         by_gpu=gpus,
         by_stage=_by_stage(gpus),
-        by_step=_by_step(heavy, peaks, breakdown),
+        by_step=_by_step(heavy, breakdown),
         unmodelled_share=lost / gpu_total if gpu_total else None,
         unmodelled=[Unmodelled(name, ns, ns / gpu_total) for name, ns in
                     unmodelled.sort("gpu_ns", descending=True).head(UNMODELLED_KEPT).iter_rows()] if gpu_total else [],
@@ -79,7 +79,7 @@ def flops_report(parts: list[tuple[FlopsPart | None, dict]], lanes: list[Lane], 
         gpu_ns=counted_ns,
         modelled_share=counted_ns / gpu_total if gpu_total else None,
         mfu=equivalent / window if window else None,
-        peak_share=sum(e for e, _ in known) * 1e9 / sum(ns for _, ns in known) if known else None,
+        peak_share=known["at_peak"].sum() * 1e9 / known["heavy_ns"].sum() if known.height else None,
         peak_source=source,
         notes=notes,
     )
@@ -119,17 +119,32 @@ def _with_tf32(peaks: dict[str, Peak | None], by_lane: pl.DataFrame) -> tuple[di
     return out, sorted(changed)
 
 
-def _equivalent(rows: pl.DataFrame, peak: Peak | None) -> float | None:
-    """Σ flops_d / peak_d in seconds at peak: the time the work takes at the device's peak."""
-    if peak is None:
-        return None
-    total = 0.0
-    for dtype, flops in rows.select("dtype", "flops").iter_rows():
-        p = peak_for(peak, dtype)
-        if not p:
-            return None
-        total += flops / p
-    return total
+def _at_peak(by_lane: pl.DataFrame, peaks: dict[str, Peak | None]) -> pl.DataFrame:
+    """``by_lane`` with ``at_peak``: the seconds its FLOPs take at its device's peak for their dtype (null on
+    a lane whose device has no peak); each (lane, dtype) pair's peak looked up once."""
+    pairs = by_lane.select("lane", "dtype").unique()
+    rates = pl.Series("peak", [peak_for(peaks.get(lane), dtype) for lane, dtype in pairs.iter_rows()],
+                      dtype=pl.Float64)
+    with_peak = by_lane.join(pairs.with_columns(rates), on=["lane", "dtype"], how="left", nulls_equal=True)
+    return with_peak.with_columns(at_peak=pl.col("flops") / pl.col("peak")).drop("peak")
+
+
+def _known_sum(column: str) -> pl.Expr:
+    """The sum of ``column``; null where any of it is null (a figure unknown in part is unknown)."""
+    return pl.when(pl.col(column).is_null().any()).then(None).otherwise(pl.col(column).sum())
+
+
+def _per_lane(by_lane: pl.DataFrame) -> pl.DataFrame:
+    """lane, rank, gpu_ns (every counted operator's), flops, heavy_ns and at_peak (the matrix work's), dtype
+    (the one with the most matrix FLOPs): one row per lane, sorted by lane."""
+    heavy = by_lane.filter("heavy")
+    dtypes = heavy.group_by("lane", "dtype").agg(pl.col("flops").sum()).sort(
+        "lane", "flops", "dtype", descending=[False, True, False]).unique("lane", keep="first", maintain_order=True)
+    work = heavy.group_by("lane").agg(pl.col("flops").sum(), heavy_ns=pl.col("gpu_ns").sum(),
+                                      at_peak=_known_sum("at_peak"))
+    per = by_lane.group_by("lane").agg(pl.col("rank").first(), pl.col("gpu_ns").sum())
+    per = per.join(work, on="lane", how="left").join(dtypes.select("lane", "dtype"), on="lane", how="left")
+    return per.with_columns(pl.col("flops", "heavy_ns").fill_null(0)).sort("lane")
 
 
 def _workers(stages: list[Stage], pipeline: Pipeline | None, lanes: list[str], ranks: dict) -> dict:
@@ -152,23 +167,20 @@ def _workers(stages: list[Stage], pipeline: Pipeline | None, lanes: list[str], r
     return where
 
 
-def _by_gpu(by_lane: pl.DataFrame, peaks: dict, windows: dict[str, int], where: dict) -> list[FlopsGpu]:
+def _by_gpu(per_lane: pl.DataFrame, peaks: dict, windows: dict[str, int], where: dict) -> list[FlopsGpu]:
     out = []
-    lanes = by_lane.group_by("lane", "rank", "dtype", "heavy").agg(pl.col("flops").sum(), pl.col("gpu_ns").sum())
-    for (lane, rank), rows in sorted(lanes.group_by("lane", "rank"), key=lambda g: str(g[0][0])):
-        heavy = rows.filter("heavy")
-        flops, gpu_ns = int(heavy["flops"].sum() or 0), int(rows["gpu_ns"].sum() or 0)
-        peak = peaks.get(lane)
-        main = heavy.sort("flops", descending=True)["dtype"].first() if heavy.height else None
-        window = windows.get(lane, 0)
-        at_peak = _equivalent(heavy, peak)
-        heavy_ns = int(heavy["gpu_ns"].sum() or 0)
+    for row in per_lane.iter_rows(named=True):
+        lane, main, heavy_ns = row["lane"], row["dtype"], row["heavy_ns"]
+        peak, window = peaks.get(lane), windows.get(lane, 0)
+        # a lane whose operators did no matrix work ran none of it at its peak: 0 s, where the peak is known
+        at_peak = row["at_peak"] if row["at_peak"] is not None or not heavy_ns else 0.0
+        at_peak = at_peak if peak is not None else None
         stage, replica = where.get(lane, (None, None))
         out.append(FlopsGpu(
-            lane=lane, rank=rank, device=peak.device if peak else None,
+            lane=lane, rank=row["rank"], device=peak.device if peak else None,
             peak_flops_per_s=peak_for(peak, main), peak_bytes_per_s=(peak.bytes_per_s or None) if peak else None,
-            dtype=main, flops=flops, gpu_ns=gpu_ns, window_ns=window,
-            flops_per_s=flops / heavy_ns * 1e9 if heavy_ns else None,
+            dtype=main, flops=row["flops"], gpu_ns=row["gpu_ns"], window_ns=window,
+            flops_per_s=row["flops"] / heavy_ns * 1e9 if heavy_ns else None,
             mfu=at_peak / (window / 1e9) if at_peak is not None and window > 0 else None,
             stage=stage, replica=replica))
     return out
@@ -191,21 +203,18 @@ def _by_stage(gpus: list[FlopsGpu]) -> list[FlopsStage]:
     return out
 
 
-def _by_step(heavy: pl.DataFrame, peaks: dict, breakdown: list[Breakdown]) -> list[FlopsStep]:
-    windows = {(b.lane, b.step): b.window_ns for b in breakdown if b.step is not None}
-    stepped = heavy.filter(pl.col("step").is_not_null())
-    out = []
-    for (step,), rows in sorted(stepped.group_by("step"), key=lambda g: g[0][0]):
-        flops = int(rows["flops"].sum() or 0)
-        window: int | None = 0
-        at_peak: float | None = 0.0
-        for (lane,), lane_rows in rows.group_by("lane"):
-            w, e = windows.get((lane, step)), _equivalent(lane_rows, peaks.get(lane))
-            window = None if w is None or window is None else window + w
-            at_peak = None if e is None or at_peak is None else at_peak + e
-        mfu = at_peak / (window / 1e9) if at_peak is not None and window else None
-        out.append(FlopsStep(step, flops, window, mfu))
-    return out
+def _by_step(heavy: pl.DataFrame, breakdown: list[Breakdown]) -> list[FlopsStep]:
+    """Per step: its matrix FLOPs, its GPUs' windows in it (the breakdown's rows) and MFU; a window or a peak
+    unknown for one of its lanes leaves the step's unknown."""
+    windows = pl.DataFrame([(b.lane, b.step, b.window_ns) for b in breakdown if b.step is not None],
+                           schema={"lane": pl.String, "step": pl.Int64, "window_ns": pl.Int64}, orient="row")
+    windows = windows.unique(["lane", "step"], keep="last", maintain_order=True)
+    lanes = heavy.filter(pl.col("step").is_not_null()).group_by("lane", "step").agg(
+        pl.col("flops").sum(), at_peak=_known_sum("at_peak"))
+    steps = lanes.join(windows, on=["lane", "step"], how="left").group_by("step").agg(
+        pl.col("flops").sum(), window_ns=_known_sum("window_ns"), at_peak=_known_sum("at_peak")).sort("step")
+    return [FlopsStep(step, flops, window, at_peak / (window / 1e9) if at_peak is not None and window else None)
+            for step, flops, window, at_peak in steps.select("step", "flops", "window_ns", "at_peak").iter_rows()]
 
 
 def _ops(ops: pl.DataFrame, peaks: dict) -> list[FlopsOp]:
