@@ -222,7 +222,8 @@ def _ops(ops: pl.DataFrame, peaks: dict) -> list[FlopsOp]:
     table = ops.group_by("name", "input_dims", "dtype", "cls", "source").agg(
         pl.col("count").sum(), pl.col("flops").sum(), pl.col("gpu_ns").sum(),
         bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()))
-    table = table.sort("gpu_ns", "flops", "name", descending=[True, True, False]).head(OPS_KEPT)
+    order = ["gpu_ns", "flops", "name", "input_dims", "dtype", "cls", "source"]  # every key: one order each run
+    table = table.sort(order, descending=[True, True] + [False] * 5, nulls_last=True).head(OPS_KEPT)
     peak = next((p for p in peaks.values() if p is not None), None)
     out = []
     for row in table.iter_rows(named=True):
