@@ -13,8 +13,7 @@ GPU work is a memset, its kernel not recorded) does not count on the GPU. A file
 CPU job) counts each call's own time on its thread instead.
 
 The GPU time of kernels launched outside every counted call is unmodelled; it is named by the innermost
-operator that holds its launch (found by nesting depth: a call at depth d holds the instants after its start
-at which the open calls number d, until its end).
+operator that holds its launch (``launches.innermost``).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipebubble.analysis.flops.model import model
+from pipebubble.analysis.launches import innermost
 from pipebubble.spans import owner
 
 __all__ = ["FlopsPart", "flops_part"]
@@ -176,28 +176,6 @@ def _unmodelled(ops: pl.DataFrame, work: pl.DataFrame, launch: pl.DataFrame | No
         launched = launched.join_asof(spans, left_on="at", right_on="c_start", by="lane",
                                       strategy="backward", check_sortedness=False).filter(
             pl.col("c_end").is_null() | (pl.col("at") >= pl.col("c_end"))).drop("c_start", "c_end")
-    named = _holder(ops.select("lane", "name", "start", "end"), launched)
-    out = named.group_by("name").agg(gpu_ns=(pl.col("end") - pl.col("start")).sum())
+    named = innermost(launched.rename({"lane": "at_lane"}).lazy(), ops.lazy()).collect()
+    out = named.group_by(name="operator").agg(gpu_ns=(pl.col("end") - pl.col("start")).sum())
     return out.sort("gpu_ns", descending=True).cast(UNMODELLED_SCHEMA)  # type: ignore[arg-type]
-
-
-def _holder(ops: pl.DataFrame, launched: pl.DataFrame) -> pl.DataFrame:
-    """``launched`` with ``name``: the innermost of ``ops`` (lane, name, start, end) holding each ``at`` on its
-    lane. A call's depth is the calls open at its start, itself included; the innermost holding instant t is
-    the last call to start before t at the depth of the calls open at t."""
-    if not ops.height:
-        return launched.with_columns(name=pl.lit(None, pl.String))
-    # at one instant, ends before starts; of starts, the outer (later end) first; of ends, the inner first
-    edges = pl.concat([
-        ops.select("lane", t="start", d=pl.lit(1, pl.Int64), o=pl.lit(1, pl.Int8), k=-pl.col("end")),
-        ops.select("lane", t="end", d=pl.lit(-1, pl.Int64), o=pl.lit(0, pl.Int8), k=-pl.col("start")),
-    ]).sort("lane", "t", "o", "k", maintain_order=True)
-    edges = edges.with_columns(depth=pl.col("d").cum_sum().over("lane"))
-    starts = ops.sort("lane", "start", pl.col("end"), descending=[False, False, True], maintain_order=True)
-    starts = starts.with_columns(depth=edges.filter(pl.col("o") == 1)["depth"]).select(
-        "lane", "start", "depth", "name")
-    at = launched.sort("lane", "at").join_asof(edges.select("lane", "t", "depth"), left_on="at", right_on="t",
-                                               by="lane", strategy="backward", check_sortedness=False)
-    at = at.with_columns(depth=pl.col("depth").fill_null(0))
-    return at.sort("lane", "at").join_asof(starts.sort("lane", "start"), left_on="at", right_on="start",
-                                           by=["lane", "depth"], strategy="backward", check_sortedness=False)
