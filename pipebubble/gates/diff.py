@@ -218,7 +218,7 @@ def _kernel_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> Non
     """The biggest kernels of either report by total time, by full name and class (a short name is only
     unique within its own report): a kernel missing from one report did not run there (the report lists
     every kernel), so it counts as 0. A kernel is labelled by its short name where a report gives one."""
-    rows = [{(_full(k), k.get("class")): k for k in r.get("kernels") or []} for r in (base, new)]
+    rows = [{(full_name(k), k.get("class")): k for k in r.get("kernels") or []} for r in (base, new)]
     a, b = ({key: k["total_ns"] for key, k in found.items()} for found in rows)
     top = {key for totals in (a, b) for key in sorted(totals, key=lambda k: -totals[k])[:TOP_KERNELS]}
     scale = float(sum(a.values()))
@@ -234,7 +234,7 @@ def _kernel_deltas(base, new, tolerance, names, deltas, notes, unmatched) -> Non
                             key=f"kernels[{kind}:{text}].total_ns"))
 
 
-def _full(kernel: dict) -> str | None:
+def full_name(kernel: dict) -> str | None:
     """A kernel row's full name: ``name_full``, or ``name`` in a report saved before short names."""
     return kernel.get("name_full", kernel.get("name"))
 

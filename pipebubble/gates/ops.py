@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipebubble.gates.diff import coverage
+from pipebubble.gates.diff import coverage, full_name
 
 FLOOR = 0.01  # of the base's time of all operators of a kind (per step): the least growth that regresses
 STATUSES = ("added", "removed", "changed", "same")  # the order rows are listed in
@@ -138,7 +138,7 @@ def table(report: dict[str, Any], by: str = "op") -> dict[Key, dict[str, Any]]:
         for op in (report.get("host") or {}).get("ops") or []:
             rows[("cpu_op", None, op["name"])] = {"name": op["name"], "count": op["count"], "total": op["total_ns"]}
     for k in report.get("kernels") or []:
-        full = k.get("name_full", k.get("name"))
+        full = full_name(k)
         full = "(no name)" if full is None else full
         rows[("kernel", k.get("class"), full)] = {"name": k.get("name") or full, "count": k["count"],
                                                   "total": k["total_ns"]}
