@@ -92,10 +92,10 @@ def _peaks(present, peak_flops: float | None, peak_bandwidth: float | None) -> d
     every = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
     for part, meta in present:
         names = {int(k): v for k, v in (meta.get("gpu_names") or {}).items()}
+        # a device number the header lacks (it numbers the visible devices, the events the physical ones) is
+        # named by the header where that names one kind of device only
+        only = next(iter(set(names.values()))) if len(set(names.values())) == 1 else None
         for lane, device in part.lanes.select("lane", "device").unique().iter_rows():
-            # a device number the header lacks (it numbers the visible devices, the events the physical
-            # ones) is named by the header where that names one kind of device only
-            only = next(iter(set(names.values()))) if len(set(names.values())) == 1 else None
             named = names.get(device, only) if device is not None else None
             peak = peak_of(named)
             flops = dict.fromkeys(every, peak_flops) if peak_flops else (peak.flops if peak else {})
