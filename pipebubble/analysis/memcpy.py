@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipebubble.analysis.breakdown.facts import COPY_DIRECTION, HOST_MEMORY
+from pipebubble.analysis.breakdown.facts import copy_direction, host_memory
 from pipebubble.analysis.intervals import engine_for
 from pipebubble.options import Options
 from pipebubble.report.memcpy import Memcpy, MemcpyRow
@@ -33,8 +33,8 @@ def memcpy_part(spans: pl.DataFrame | pl.LazyFrame, options: Options, meta: dict
     copies = spans.lazy().filter(pl.col("kind") == "memcpy").select(
         "rank",
         "lane",
-        direction=pl.col("name").str.extract(COPY_DIRECTION, 1),
-        host_memory=pl.col("name").str.extract(HOST_MEMORY, 1).str.to_lowercase(),
+        direction=copy_direction(pl.col("name")),
+        host_memory=host_memory(pl.col("name")),
         size="bytes",
         dur=pl.col("end") - pl.col("start"),
     )

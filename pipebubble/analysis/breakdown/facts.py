@@ -77,12 +77,21 @@ def streams(gpu: pl.LazyFrame) -> pl.LazyFrame:
     return tagged.group_by("lane", "stream", "cls", "tag").agg(*sums)
 
 
+def copy_direction(name: pl.Expr) -> pl.Expr:
+    """A copy's direction as its name says it (``HtoD``); null where it says none."""
+    return name.str.extract(COPY_DIRECTION, 1)
+
+
+def host_memory(name: pl.Expr) -> pl.Expr:
+    """The host memory a copy's name says it reads or writes (``pageable``, ``pinned``); null where none."""
+    return name.str.extract(HOST_MEMORY, 1).str.to_lowercase()
+
+
 def tag(cls: pl.Expr, name: pl.Expr) -> pl.Expr:
     """A copy's direction and host memory (``HtoD pageable``, ``DtoD``, ``other`` when its name says no
     direction), ``layout`` for a layout conversion, else null."""
-    direction = name.str.extract(COPY_DIRECTION, 1).fill_null("other")
-    memory = name.str.extract(HOST_MEMORY, 1).str.to_lowercase()
-    copy = pl.concat_str([direction, memory], separator=" ", ignore_nulls=True)
+    copy = pl.concat_str([copy_direction(name).fill_null("other"), host_memory(name)], separator=" ",
+                         ignore_nulls=True)
     function = name.str.extract(r"^([^(]*)", 1)
     return (pl.when(cls == "memcpy").then(copy)
             .when((cls == "compute") & function.str.contains(LAYOUT)).then(pl.lit("layout"))
